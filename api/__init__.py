@@ -1,0 +1,1 @@
+"""The REST API: published configs for services, health for orchestrators."""

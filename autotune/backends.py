@@ -1,0 +1,54 @@
+"""The engine-backend plug-in point.
+
+A backend runs one engine with one EngineConfig and replays traffic against it. Implementations
+live outside the core (the `workers` package, or a third party) and are found by name through
+the `autotune.backends` entry-point group.
+
+Contract:
+- `__init__` takes no live resources, so a backend object stays picklable (Ray ships it).
+- `start(config, deployment)` brings the engine up; it raises EngineStartError with a
+  failure_class ("oom", "invalid_args", "start_timeout", "start_failed") if it cannot.
+- `replay(trace, rate_scale, seed)` replays the trace with arrivals compressed by rate_scale
+  (2.0 = twice the recorded rate) and returns a ReplayResult; it never raises for a request
+  that failed, it records it.
+- `stop()` releases everything; it is safe to call twice or after a failed start.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from importlib.metadata import entry_points
+
+from autotune.deployment import DeploymentSpec
+from autotune.engine_config import EngineConfig
+from autotune.errors import ConfigError
+from autotune.records import ReplayResult
+
+
+class EngineBackend(ABC):
+    name: str = ""
+
+    @abstractmethod
+    def start(self, config: EngineConfig, deployment: DeploymentSpec) -> None: ...
+
+    @abstractmethod
+    def replay(self, trace: object, rate_scale: float, seed: int) -> ReplayResult: ...
+
+    @abstractmethod
+    def stop(self) -> None: ...
+
+
+def _group(group: str) -> dict[str, object]:
+    return {ep.name: ep for ep in entry_points(group=group)}
+
+
+def available_backends() -> list[str]:
+    return sorted(_group("autotune.backends"))
+
+
+def load_backend(name: str) -> EngineBackend:
+    eps = _group("autotune.backends")
+    if name not in eps:
+        raise ConfigError(f"unknown backend {name!r}; available: {', '.join(sorted(eps))}")
+    cls = eps[name].load()  # type: ignore[attr-defined]
+    return cls()  # type: ignore[no-any-return]

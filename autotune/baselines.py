@@ -1,0 +1,65 @@
+"""Reference configs: what vLLM picks by itself, and what the tuning guide recommends.
+
+Both are enqueued before the sampler proposes anything, so every campaign reports its gain
+over them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.deployment import DeploymentSpec
+from autotune.engine_config import EngineConfig
+
+
+def deployment_args(dep: DeploymentSpec) -> dict[str, Any]:
+    """Arguments fixed by the deployment rather than tuned."""
+    return {"max_model_len": dep.max_model_len, "tensor_parallel_size": dep.tensor_parallel_size}
+
+
+def vllm_default_values(dep: DeploymentSpec) -> dict[str, Any]:
+    """The values vLLM 0.33 resolves for an OpenAI API server when an argument is not given."""
+    g = dep.gpu_info
+    if g.device == "cpu":
+        seqs, tokens, block = 128, 2048, 128
+    elif g.memory_gib >= 160:
+        seqs, tokens, block = 1024, 16384, 16
+    elif g.memory_gib >= 70 and not g.a100_class:
+        seqs, tokens, block = 1024, 8192, 16
+    else:
+        seqs, tokens, block = 256, 2048, 16
+    return {
+        **deployment_args(dep),
+        "max_num_seqs": seqs,
+        "max_num_batched_tokens": tokens,
+        "block_size": block,
+        "enable_chunked_prefill": True,
+        "enable_prefix_caching": True,
+        "gpu_memory_utilization": 0.92,
+    }
+
+
+def effective_values(config: EngineConfig, dep: DeploymentSpec) -> dict[str, Any]:
+    """Every engine argument as the engine will see it: set ones, else vLLM's defaults."""
+    return {**vllm_default_values(dep), **config.explicit()}
+
+
+def vllm_defaults(dep: DeploymentSpec) -> EngineConfig:
+    return EngineConfig(**vllm_default_values(dep))
+
+
+def guide_heuristic(dep: DeploymentSpec) -> EngineConfig:
+    """The tuning guide's decision tree (../shared/tuning-guide/)."""
+    g = dep.gpu_info
+    return EngineConfig(
+        **deployment_args(dep),
+        enable_chunked_prefill=True,
+        block_size=32,
+        max_num_batched_tokens=4096 if g.a100_class else 2048,
+        gpu_memory_utilization=0.9 if g.memory_gib >= 80 else 0.8,
+        max_num_seqs=64 if dep.traffic_profile == "chat" else 32,
+        enable_prefix_caching=True,
+    )
+
+
+BASELINES = {"vllm-default": vllm_defaults, "guide-heuristic": guide_heuristic}

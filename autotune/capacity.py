@@ -1,0 +1,80 @@
+"""One trial: start the engine, find the highest rate it sustains within the SLO, stop it.
+
+Capacity under the SLO, not raw throughput: replaying at the recorded rate makes every config
+that keeps up look the same, so the trace is replayed on one running engine at a ladder of rate
+multipliers, then bisected between the last rate that met the SLO and the first that did not.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from autotune.backends import EngineBackend
+from autotune.errors import EngineStartError
+from autotune.metrics import meets, summarize
+from autotune.records import LatencySummary, TrialOutcome, TrialSpec
+
+log = logging.getLogger("autotune.capacity")
+
+
+def run_trial(spec: TrialSpec, backend: EngineBackend) -> TrialOutcome:
+    t0 = time.monotonic()
+    try:
+        backend.start(spec.config, spec.deployment)
+    except EngineStartError as exc:
+        log.info("%s trial %d: engine failed to start (%s): %s", spec.study_name,
+                 spec.trial_number, exc.failure_class, exc)
+        backend.stop()
+        return TrialOutcome(trial_number=spec.trial_number, capacity_output_tok_s=0.0,
+                            capacity_rate_scale=0.0, at_capacity=None, at_recorded_rate=None,
+                            failure_class=exc.failure_class, failure_message=str(exc),
+                            start_s=time.monotonic() - t0)
+    t1 = time.monotonic()
+    try:
+        return _search(spec, backend, start_s=t1 - t0, t1=t1)
+    finally:
+        backend.stop()
+
+
+def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: float) -> TrialOutcome:
+    replays: list[dict[str, float | bool]] = []
+
+    def measure(scale: float) -> LatencySummary:
+        summary = summarize(backend.replay(spec.trace, scale, spec.seed))
+        ok = meets(summary, spec.slo)
+        replays.append({"rate_scale": scale, "output_tok_s": summary.output_tok_s, "slo_ok": ok})
+        log.debug("%s trial %d: x%.3g -> %.0f tok/s, slo %s", spec.study_name, spec.trial_number,
+                  scale, summary.output_tok_s, "ok" if ok else "missed")
+        return summary
+
+    best: tuple[float, LatencySummary] | None = None
+    recorded = None
+    failed_at: float | None = None
+    for scale in spec.search.ladder():
+        summary = measure(scale)
+        if scale == 1.0:
+            recorded = summary
+        if not meets(summary, spec.slo):
+            failed_at = scale
+            break
+        best = (scale, summary)
+    if best is not None and failed_at is not None:
+        lo, hi = best[0], failed_at
+        for _ in range(spec.search.bisect_steps):
+            mid = (lo * hi) ** 0.5  # geometric: rates span orders of magnitude
+            summary = measure(mid)
+            if meets(summary, spec.slo):
+                lo, best = mid, (mid, summary)
+            else:
+                hi = mid
+    measure_s = time.monotonic() - t1
+    if best is None:
+        return TrialOutcome(trial_number=spec.trial_number, capacity_output_tok_s=0.0,
+                            capacity_rate_scale=0.0, at_capacity=None, at_recorded_rate=recorded,
+                            failure_class="slo_miss",
+                            failure_message="misses the SLO at the recorded rate",
+                            start_s=start_s, measure_s=measure_s, replays=replays)
+    return TrialOutcome(trial_number=spec.trial_number, capacity_output_tok_s=best[1].output_tok_s,
+                        capacity_rate_scale=best[0], at_capacity=best[1], at_recorded_rate=recorded,
+                        start_s=start_s, measure_s=measure_s, replays=replays)

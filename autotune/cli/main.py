@@ -1,0 +1,284 @@
+"""The `autotune` command line. Errors become one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import click
+import typer
+from rich.console import Console
+
+from autotune.errors import AutotuneError, ConfigError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode=None,
+                  help="Find, prove and publish the vLLM engine arguments with the most "
+                       "capacity under a P99 latency SLO.")
+db_app = typer.Typer(no_args_is_help=True, help="Database migrations.")
+traffic_app = typer.Typer(no_args_is_help=True, help="Traffic traces.")
+app.add_typer(db_app, name="db")
+app.add_typer(traffic_app, name="traffic")
+console = Console()
+if not console.is_terminal:  # logs and CI: wide enough for the trial tables
+    console = Console(width=160)
+err = Console(stderr=True)
+
+DEFAULT_SLO = "ttft_p99<=2s,tpot_p99<=50ms"
+
+
+def _setup_logging(level: str) -> None:
+    import optuna
+
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.WARNING), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _settings() -> Any:
+    from autotune.settings import get_settings
+
+    try:
+        return get_settings()
+    except Exception as exc:  # pydantic's ValidationError: a bad AUTOTUNE_ variable
+        raise ConfigError(f"bad AUTOTUNE_ setting: {str(exc).splitlines()[-1].strip()}") from None
+
+
+def _db(url: str | None = None) -> tuple[Any, str]:
+    from autotune.storage.db import open_database
+
+    url = url or _settings().database_url
+    return open_database(url), url
+
+
+# -- db ---------------------------------------------------------------------------------------
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Create or migrate the database (autotune's tables and Optuna's) to the latest revision."""
+    from autotune.storage.db import upgrade
+
+    url = _settings().database_url
+    before, after = upgrade(url)
+    console.print(f"database at revision {after} (was {before or 'empty'})")
+
+
+@db_app.command("current")
+def db_current() -> None:
+    """Show the database's revision and the head revision."""
+    from autotune.storage.db import current_revision, head_revision, make_engine
+
+    engine = make_engine(_settings().database_url)
+    console.print(f"current {current_revision(engine) or 'none'}, head {head_revision()}")
+
+
+# -- tune -------------------------------------------------------------------------------------
+@app.command()
+def tune(
+    deployment: Annotated[str, typer.Option(help="Deployment name.")] = "demo",
+    campaign: Annotated[str, typer.Option(help="Campaign name, e.g. 2026Q4.")] = "demo",
+    model: Annotated[str, typer.Option(help="Model (catalogue name).")] = "DeepSeek-V4-Flash",
+    gpu: Annotated[str, typer.Option(help="GPU (catalogue name).")] = "H200-141GB",
+    gpus: Annotated[int, typer.Option(help="GPUs of one engine replica.")] = 8,
+    tp: Annotated[int | None, typer.Option(help="Tensor-parallel size (default: --gpus).")] = None,
+    max_model_len: Annotated[int, typer.Option(help="Context length served.")] = 16384,
+    traffic: Annotated[str, typer.Option(help="Traffic profile: chat or batch.")] = "chat",
+    trace: Annotated[Path | None, typer.Option(help="Trace file (default: bundled demo).")] = None,
+    slo: Annotated[str, typer.Option(help='P99 ceilings, e.g. "ttft_p99<=2s,tpot_p99<=50ms".')] = DEFAULT_SLO,
+    backend: Annotated[str, typer.Option(help="Engine backend: sim or vllm.")] = "sim",
+    executor: Annotated[str, typer.Option(help="inline or ray.")] = "inline",
+    parallel: Annotated[int, typer.Option(help="Trials in flight (ray executor).")] = 1,
+    ray_address: Annotated[str | None, typer.Option(help="Join this Ray cluster.")] = None,
+    space: Annotated[str, typer.Option(help="Search space: built-in name or YAML file.")] = "default",
+    trials: Annotated[int, typer.Option(help="Trials to measure, baselines included.")] = 30,
+    seed: Annotated[int, typer.Option(help="Sampler and replay seed.")] = 0,
+) -> None:
+    """Run a tuning campaign (defaults: the demo deployment on the simulator)."""
+    from autotune.cli.render import LiveTrials
+    from autotune.cli.report import print_campaign_result
+    from autotune.deployment import DeploymentSpec
+    from autotune.executors import load_executor
+    from autotune.slo import parse_slo
+    from autotune.space import load_search_space
+    from autotune.storage import repo
+    from autotune.storage.db import session_scope
+    from autotune.study import CampaignRequest, StudyController
+    from autotune.traffic.trace import DEMO_TRACE, load_trace
+
+    settings = _settings()
+    _setup_logging(settings.log_level)
+    # Validate everything before touching the database.
+    slo_parsed = parse_slo(slo)
+    if trials < 3:
+        raise ConfigError("--trials must be at least 3 (two baselines and one proposal)")
+    if parallel < 1:
+        raise ConfigError("--parallel must be at least 1")
+    spec = DeploymentSpec.build(name=deployment, model=model, gpu=gpu, gpu_count=gpus,
+                                tensor_parallel_size=tp or gpus, max_model_len=max_model_len,
+                                traffic_profile=traffic)
+    load_search_space(space)
+    trace_path = trace or DEMO_TRACE
+    loaded = load_trace(trace_path)
+    exec_options: dict[str, object] = {}
+    if executor == "ray":
+        exec_options = {"address": ray_address or settings.ray_address}
+    runner = load_executor(executor, **exec_options)
+    from autotune.backends import available_backends
+
+    if backend not in available_backends():
+        raise ConfigError(f"unknown backend {backend!r}; available: "
+                          f"{', '.join(available_backends())}")
+    engine, url = _db()
+    with session_scope(engine) as s:
+        try:
+            existing = repo.find_campaign(s, campaign, deployment)
+        except AutotuneError:
+            existing = None
+        if existing is not None:
+            if existing.status == "completed":
+                console.print(f"campaign {campaign!r} of deployment {deployment!r} already "
+                              "completed; its result:")
+                print_campaign_result(console, existing, url)
+                return
+            raise ConfigError(f"campaign {campaign!r} of deployment {deployment!r} exists with "
+                              f"status {existing.status}; choose another --campaign name")
+        repo.ensure_deployment(s, spec)
+        s.rollback()  # only a check here; the controller writes it
+    request = CampaignRequest(deployment=spec, campaign=campaign, slo=slo_parsed, trace=loaded,
+                              trace_ref=str(Path(trace_path).resolve()), backend=backend,
+                              executor=executor, parallel=parallel, search_space=space,
+                              max_trials=trials, seed=seed)
+    live = LiveTrials(console)
+    controller = StudyController(engine, url, request, runner, observer=live)
+    try:
+        campaign_id = controller.run()
+    finally:
+        live.close()
+    from autotune.storage.models import Campaign
+
+    with session_scope(engine) as s:
+        result = s.get(Campaign, campaign_id)
+        assert result is not None
+        print_campaign_result(console, result, url)
+
+
+# -- publish / read -----------------------------------------------------------------------------
+@app.command()
+def publish(
+    campaign: Annotated[str, typer.Option(help="Campaign whose winner to publish.")],
+    deployment: Annotated[str | None, typer.Option(help="Needed if several have it.")] = None,
+    trial: Annotated[int | None, typer.Option(help="Publish this trial instead.")] = None,
+    period: Annotated[str | None, typer.Option(help="Period label (default: campaign name).")] = None,
+    by: Annotated[str | None, typer.Option(help="Who publishes (default: $USER).")] = None,
+    note: Annotated[str | None, typer.Option(help="A note kept with the publication.")] = None,
+) -> None:
+    """Publish a campaign's best feasible trial (or a given one) as the deployment's config."""
+    import getpass
+
+    from autotune.publish import publish_campaign
+    from autotune.storage.db import session_scope
+
+    engine, _ = _db()
+    with session_scope(engine) as s:
+        pub = publish_campaign(s, campaign, deployment=deployment, trial_number=trial,
+                               period_label=period, published_by=by or getpass.getuser(), note=note)
+        console.print(f"published trial {pub.trial.number} of campaign {pub.campaign.name!r} "
+                      f"for deployment {pub.deployment.name!r} ({pub.period_label}):")
+        from autotune.engine_config import EngineConfig
+
+        console.print("  " + " ".join(EngineConfig(**pub.engine_config).to_cli_args()),
+                      soft_wrap=True)
+
+
+@app.command()
+def campaigns() -> None:
+    """List campaigns."""
+    from rich.table import Table
+
+    from autotune.storage import repo
+    from autotune.storage.db import session_scope
+
+    engine, _ = _db()
+    table = Table(title="Campaigns", title_justify="left")
+    for col in ("deployment", "campaign", "status", "backend", "trials", "best tok/s", "started"):
+        table.add_column(col)
+    with session_scope(engine) as s:
+        for c in repo.list_campaigns(s):
+            best = repo.best_trial(c)
+            table.add_row(c.deployment.name, c.name, c.status, c.backend, str(len(c.trials)),
+                          f"{best.capacity_output_tok_s:,.0f}" if best else "-",
+                          c.started_at.strftime("%Y-%m-%d %H:%M"))
+    console.print(table)
+
+
+# -- services -----------------------------------------------------------------------------------
+@app.command()
+def api(
+    host: Annotated[str | None, typer.Option(help="Bind address (AUTOTUNE_API__HOST).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (AUTOTUNE_API__PORT).")] = None,
+) -> None:
+    """Serve the REST API for published configs."""
+    import uvicorn
+
+    from api.app import create_app
+
+    settings = _settings()
+    _db(settings.database_url)[0].dispose()  # refuse to start on an unusable database
+    uvicorn.run(create_app(settings), host=host or settings.api.host,
+                port=port or settings.api.port, log_level=settings.log_level.lower())
+
+
+@app.command()
+def dashboard(
+    host: Annotated[str, typer.Option(help="Bind address.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.")] = 8080,
+) -> None:
+    """Serve optuna-dashboard on the same storage."""
+    import optuna_dashboard
+
+    engine, url = _db()
+    engine.dispose()
+    console.print(f"optuna-dashboard on http://{host}:{port}/ (storage {engine.url!r})")
+    optuna_dashboard.run_server(url, host=host, port=port)
+
+
+# -- traffic ------------------------------------------------------------------------------------
+@traffic_app.command("synth")
+def traffic_synth(
+    out: Annotated[Path, typer.Option(help="Where to write the JSONL trace.")],
+    requests: Annotated[int, typer.Option(help="Number of requests.")] = 600,
+    rate: Annotated[float, typer.Option(help="Mean arrival rate, requests/s.")] = 5.0,
+    seed: Annotated[int, typer.Option(help="Seed; equal seeds give equal files.")] = 0,
+) -> None:
+    """Write a synthetic chat-like trace (the bundled demo trace is the default one)."""
+    from autotune.traffic.synthetic import chat_trace_rows, write_jsonl
+
+    if requests < 1 or rate <= 0:
+        raise ConfigError("--requests must be at least 1 and --rate positive")
+    write_jsonl(chat_trace_rows(requests=requests, rate_rps=rate, seed=seed), out)
+    console.print(f"wrote {requests} requests to {out}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=argv if argv is not None else sys.argv[1:],
+                              prog_name="autotune", standalone_mode=False)
+        return result if isinstance(result, int) else 0
+    except AutotuneError as exc:
+        err.print(f"autotune: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return 2
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        err.print(f"autotune: error: {exc.format_message()} (see `autotune --help`)",
+                  markup=False, highlight=False, soft_wrap=True)
+        return 2
+    except click.exceptions.Abort:
+        err.print("autotune: interrupted", markup=False)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""Rich output for the CLI: the live trial table and the final comparison."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from autotune.study import CampaignRequest, Observer, TrialRecord
+
+TUNED = ("max_num_seqs", "max_num_batched_tokens", "block_size", "enable_chunked_prefill",
+         "gpu_memory_utilization", "enable_prefix_caching")
+_SHORT = {"max_num_seqs": "seqs", "max_num_batched_tokens": "batch tok", "block_size": "block",
+          "enable_chunked_prefill": "chunked", "gpu_memory_utilization": "mem util",
+          "enable_prefix_caching": "prefix $"}
+
+
+def _ms(value: Any) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def _arg(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def trial_table(records: list[TrialRecord], title: str, limit: int | None = None) -> Table:
+    table = Table(title=title, title_justify="left", expand=False)
+    for col in ("#", "role", "state", "capacity tok/s", "TTFT p99 ms", "TPOT p99 ms"):
+        table.add_column(col, justify="right" if col != "role" and col != "state" else "left")
+    for name in TUNED:
+        table.add_column(_SHORT[name], justify="right")
+    shown = records[-limit:] if limit else records
+    for r in shown:
+        lat = r.latency or {}
+        state = r.state if r.feasible or r.state != "measured" else "slo miss"
+        style = "bold green" if r.feasible else ("dim" if r.state == "rejected" else "red")
+        table.add_row(str(r.number), r.role, state,
+                      f"{r.capacity_output_tok_s:,.0f}" if r.feasible else "-",
+                      _ms(lat.get("ttft_p99_ms")), _ms(lat.get("tpot_p99_ms")),
+                      *(_arg(r.config.get(n)) for n in TUNED), style=style if r.feasible else style)
+    return table
+
+
+class LiveTrials(Observer):
+    """A live table of the most recent trials while the campaign runs."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.records: list[TrialRecord] = []
+        self.live: Live | None = None
+        self.request: CampaignRequest | None = None
+
+    def _title(self) -> str:
+        r = self.request
+        assert r is not None
+        measured = sum(1 for x in self.records if x.state != "rejected")
+        rejected = len(self.records) - measured
+        best = max((x.capacity_output_tok_s for x in self.records if x.feasible), default=0.0)
+        return (f"{r.study_name}: {measured}/{r.max_trials} trials measured, {rejected} rejected "
+                f"by rules, best {best:,.0f} output tok/s")
+
+    def on_start(self, request: CampaignRequest) -> None:
+        self.request = request
+        self.live = Live(trial_table([], self._title()), console=self.console,
+                         refresh_per_second=4, transient=True)
+        self.live.start()
+
+    def on_trial(self, record: TrialRecord) -> None:
+        self.records.append(record)
+        if self.live:
+            self.live.update(trial_table(self.records, self._title(), limit=12))
+
+    def close(self) -> None:
+        if self.live:
+            self.live.stop()
+            self.live = None
+
+
+def comparison_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
+    """The winner beside the baselines: one column per config."""
+    table = Table(title="Winner beside the baselines", title_justify="left")
+    table.add_column("")
+    for label, _ in rows:
+        table.add_column(label, justify="right")
+    best = rows[0][1]["capacity"] if rows else 0.0
+
+    def line(name: str, fn: Any) -> None:
+        table.add_row(name, *(fn(r) for _, r in rows))
+
+    line("trial", lambda r: str(r["number"]))
+    line("capacity (output tok/s)", lambda r: f"{r['capacity']:,.0f}" if r["feasible"] else
+         f"- ({r['failure'] or 'slo miss'})")
+    line("winner's gain", lambda r: (f"{(best / r['capacity'] - 1) * 100:+.1f}%"
+                                     if r["feasible"] and r["capacity"] else "-"))
+    for key, label in (("ttft_p99_ms", "TTFT p99 (ms)"), ("tpot_p99_ms", "TPOT p99 (ms)"),
+                       ("itl_p99_ms", "ITL p99 (ms)"), ("e2e_p99_ms", "E2E p99 (ms)")):
+        line(label, lambda r, k=key: _ms((r["latency"] or {}).get(k)))
+    for name in TUNED + ("max_model_len", "tensor_parallel_size"):
+        line(name, lambda r, n=name: _arg(r["config"].get(n)))
+    return table

@@ -1,0 +1,56 @@
+"""The end-of-campaign report in the terminal: trials, the winner beside the baselines, and
+what to run next."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+from autotune.baselines import BASELINES
+from autotune.cli.render import comparison_table, trial_table
+from autotune.engine_config import EngineConfig
+from autotune.storage import repo
+from autotune.storage.models import Campaign, Trial
+from autotune.study import TrialRecord
+
+
+def _row(t: Trial) -> dict[str, Any]:
+    return {"number": t.number, "capacity": t.capacity_output_tok_s, "feasible": t.feasible,
+            "failure": t.failure_class, "latency": t.latency, "config": t.engine_config}
+
+
+def _record(t: Trial) -> TrialRecord:
+    return TrialRecord(number=t.number, role=t.role, state=t.state, feasible=t.feasible,
+                       capacity_output_tok_s=t.capacity_output_tok_s, config=t.engine_config,
+                       latency=t.latency, failure_class=t.failure_class)
+
+
+def print_campaign_result(console: Console, campaign: Campaign, url: str) -> None:
+    trials = campaign.trials
+    measured = [t for t in trials if t.state != "rejected"]
+    console.print(trial_table([_record(t) for t in sorted(
+        measured, key=lambda t: -t.capacity_output_tok_s)[:10]],
+        f"Top trials of {campaign.study_name} ({len(measured)} measured, "
+        f"{len(trials) - len(measured)} rejected by interaction rules, "
+        f"{campaign.wall_s or 0:.0f} s)"))
+    best = repo.best_trial(campaign)
+    if best is None:
+        console.print("[bold red]No feasible trial:[/] no config met the SLO "
+                      f"{campaign.slo}; loosen it or widen the search space.")
+        return
+    rows = [("winner", _row(best))]
+    for role in BASELINES:
+        base = [t for t in trials if t.role == role]
+        if base:
+            rows.append((role, _row(base[0])))
+    console.print(comparison_table(rows))
+    console.print("Winner's engine arguments:")
+    console.print("  " + " ".join(EngineConfig(**best.engine_config).to_cli_args()),
+                  soft_wrap=True)
+    dep = campaign.deployment.name
+    console.print("\nNext:")
+    console.print(f"  autotune publish --campaign {campaign.name} --deployment {dep}")
+    console.print("  autotune api --port 8787")
+    console.print(f"  curl localhost:8787/v1/deployments/{dep}/config")
+    console.print("  autotune dashboard --port 8080", soft_wrap=True)

@@ -1,0 +1,68 @@
+"""DeploymentSpec: what is being served, on what, for which traffic."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from autotune import catalogue
+from autotune.errors import ConfigError
+
+TRAFFIC_PROFILES = ("chat", "batch")
+
+
+class DeploymentSpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    model: str
+    gpu: str
+    gpu_count: int = Field(gt=0)
+    tensor_parallel_size: int = Field(gt=0)
+    max_model_len: int = Field(gt=0)
+    traffic_profile: str = "chat"
+
+    @model_validator(mode="after")
+    def _check(self) -> DeploymentSpec:
+        catalogue.model(self.model)
+        catalogue.gpu(self.gpu)
+        if self.traffic_profile not in TRAFFIC_PROFILES:
+            raise ValueError(f"traffic_profile must be one of {', '.join(TRAFFIC_PROFILES)}")
+        if self.gpu_count % self.tensor_parallel_size:
+            raise ValueError("gpu_count must be a multiple of tensor_parallel_size")
+        return self
+
+    @classmethod
+    def build(cls, **values: object) -> DeploymentSpec:
+        """Construct, turning validation failures into one-line ConfigErrors."""
+        from pydantic import ValidationError
+
+        try:
+            return cls(**values)  # type: ignore[arg-type]
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "deployment"
+            raise ConfigError(f"deployment {where}: {first['msg']}") from None
+        except ConfigError:
+            raise
+
+    @property
+    def gpu_info(self) -> catalogue.GPU:
+        return catalogue.gpu(self.gpu)
+
+    @property
+    def model_info(self) -> catalogue.Model:
+        return catalogue.model(self.model)
+
+    def rule_context(self) -> dict[str, object]:
+        """Deployment facts that interaction rules may name."""
+        g = self.gpu_info
+        return {"device": g.device, "gpu_memory_gib": g.memory_gib, "gpu_count": self.gpu_count}
+
+
+RULE_CONTEXT_NAMES = {"device", "gpu_memory_gib", "gpu_count"}
+
+# The deployment `make tune` and the embedded defaults use.
+DEMO = DeploymentSpec(
+    name="demo", model="DeepSeek-V4-Flash", gpu="H200-141GB", gpu_count=8,
+    tensor_parallel_size=8, max_model_len=16384, traffic_profile="chat",
+)

@@ -1,0 +1,103 @@
+"""EngineConfig: the vLLM engine arguments of one trial, under vLLM's own names.
+
+A field left as None means "vLLM's default" and is not passed at all, so the engine decides
+(and the simulator resolves the same default). The tests feed `to_cli_args()` and `to_yaml()`
+to vLLM's own argument parser, so a flag vLLM does not know never reaches an engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from autotune.errors import ConfigError
+
+# Arguments that older guides recommend but current vLLM (V1 engine) has removed: passing one
+# makes the server exit at start, so they are refused here with the reason.
+REMOVED_ARGS: dict[str, str] = {
+    "preemption_mode": "V1 always preempts by recompute",
+    "swap_space": "V1 has no CPU swap space (KV offloading is the nearest thing)",
+    "max_num_partial_prefills": "the partial-prefill limits were removed",
+    "max_long_partial_prefills": "the partial-prefill limits were removed",
+    "num_scheduler_steps": "multi-step scheduling was removed",
+    "disable_log_requests": "use --enable-log-requests / --no-enable-log-requests",
+}
+
+
+class EngineConfig(BaseModel):
+    """Frozen vLLM engine arguments. Unknown names are refused."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_model_len: int | None = Field(default=None, gt=0)
+    tensor_parallel_size: int | None = Field(default=None, gt=0)
+    max_num_seqs: int | None = Field(default=None, gt=0)
+    max_num_batched_tokens: int | None = Field(default=None, gt=0)
+    block_size: int | None = Field(default=None, gt=0)
+    enable_chunked_prefill: bool | None = None
+    enable_prefix_caching: bool | None = None
+    gpu_memory_utilization: float | None = Field(default=None, gt=0.0, le=1.0)
+
+    @field_validator("gpu_memory_utilization")
+    @classmethod
+    def _round_fraction(cls, value: float | None) -> float | None:
+        # Samplers step floats in binary (0.8799999999999999); engines and people read 0.88.
+        return None if value is None else round(value, 4)
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(cls.model_fields)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> EngineConfig:
+        """Build from a plain mapping; a removed or unknown argument is a ConfigError."""
+        for name in values:
+            check_known_arg(name)
+        try:
+            return cls(**dict(values))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise ConfigError(f"engine argument {where}: {first['msg']}") from None
+
+    def explicit(self) -> dict[str, Any]:
+        """The arguments that are set, in field order (None ones are vLLM's defaults)."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+    def merged(self, **overrides: Any) -> EngineConfig:
+        return EngineConfig.from_mapping({**self.explicit(), **overrides})
+
+    def to_cli_args(self) -> list[str]:
+        """The exact `--flag value` list for `vllm serve` / the OpenAI api_server."""
+        args: list[str] = []
+        for name, value in self.explicit().items():
+            flag = name.replace("_", "-")
+            if isinstance(value, bool):
+                # vLLM's booleans are BooleanOptionalAction: --x / --no-x.
+                args.append(f"--{flag}" if value else f"--no-{flag}")
+            else:
+                args += [f"--{flag}", str(value)]
+        return args
+
+    def to_yaml(self) -> str:
+        """A file for `vllm serve --config FILE`.
+
+        Keys are kebab-case on purpose: vLLM turns `key: false` into `--no-key` only when that
+        option string exists, so a snake_case `enable_chunked_prefill: false` would be silently
+        dropped (seen in vLLM 0.32's FlexibleArgumentParser.load_config_file).
+        """
+        data = {name.replace("_", "-"): value for name, value in self.explicit().items()}
+        return yaml.safe_dump(data, sort_keys=False)
+
+
+def check_known_arg(name: str) -> None:
+    if name in REMOVED_ARGS:
+        raise ConfigError(
+            f"engine argument {name!r} no longer exists in vLLM ({REMOVED_ARGS[name]}); remove it"
+        )
+    if name not in EngineConfig.model_fields:
+        known = ", ".join(EngineConfig.model_fields)
+        raise ConfigError(f"unknown engine argument {name!r}; known arguments: {known}")

@@ -1,0 +1,57 @@
+"""The one error tree of autotune.
+
+Every message says what was wrong and how to fix it; the CLI prints it as one line and exits 2,
+the API turns it into one JSON error shape.
+
+    AutotuneError
+    ├── ConfigError          bad flag, setting or SLO string
+    ├── SearchSpaceError     unknown parameter, bad rule, malformed space file
+    ├── TraceError           missing or malformed trace
+    ├── StorageError         database unreachable or not migrated
+    ├── NotFoundError        no such deployment, campaign, trial or publication
+    ├── EngineStartError     an engine could not start (failure_class says why)
+    ├── ReplayError          replaying traffic against an engine failed
+    └── TrialTimeoutError    a trial ran past its time limit
+"""
+
+from __future__ import annotations
+
+
+class AutotuneError(Exception):
+    """Root of every error autotune raises on purpose."""
+
+
+class ConfigError(AutotuneError):
+    pass
+
+
+class SearchSpaceError(AutotuneError):
+    pass
+
+
+class TraceError(AutotuneError):
+    pass
+
+
+class StorageError(AutotuneError):
+    pass
+
+
+class NotFoundError(AutotuneError):
+    pass
+
+
+class EngineStartError(AutotuneError):
+    """An engine failed to start; `failure_class` is one of FailureClass's values."""
+
+    def __init__(self, message: str, failure_class: str = "start_failed") -> None:
+        super().__init__(message)
+        self.failure_class = failure_class
+
+
+class ReplayError(AutotuneError):
+    pass
+
+
+class TrialTimeoutError(AutotuneError):
+    pass

@@ -1,0 +1,56 @@
+"""Turns request records (from the simulator or a real replay) into a LatencySummary."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autotune.records import LatencySummary, ReplayResult, percentile_ms
+from autotune.slo import SLO
+
+_PCTS = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p99_9": 99.9}
+
+
+def summarize(result: ReplayResult) -> LatencySummary:
+    ok = ~result.failed
+    n = len(result.scheduled_s)
+    out = result.output_tokens[ok]
+    ttft = result.ttft_s[ok]
+    e2e = result.e2e_s[ok]
+    # TPOT as vLLM's benchmark defines it: (E2E - TTFT) / (tokens - 1), for requests of >1 token.
+    multi = out > 1
+    tpot = (e2e[multi] - ttft[multi]) / (out[multi] - 1)
+    duration = max(result.wall_s, 1e-9)
+    fields: dict[str, float] = {}
+    series = (("ttft", ttft, None), ("tpot", tpot, None), ("itl", result.itl_s, result.itl_weight),
+              ("e2e", e2e, None))
+    for name, values, weights in series:
+        for label, q in _PCTS.items():
+            fields[f"{name}_{label}_ms"] = percentile_ms(np.asarray(values, dtype=float), q, weights)
+    return LatencySummary(
+        requests=n,
+        completed=int(ok.sum()),
+        error_rate=float(1.0 - ok.mean()) if n else 0.0,
+        duration_s=duration,
+        output_tok_s=float(out.sum() / duration),
+        request_s=float(ok.sum() / duration),
+        engine_stats=dict(result.engine_stats),
+        **fields,
+    )
+
+
+def slo_violations(summary: LatencySummary, slo: SLO, max_error_rate: float = 0.0) -> dict[str, float]:
+    """Per ceiling, how far over it the summary is, relative to the ceiling (<= 0: within).
+
+    Errors count as a violation of their own: a config that drops requests is not serving them.
+    """
+    values = summary.model_dump()
+    out = {}
+    for c in slo.ceilings:
+        measured = values[c.key]
+        out[c.key] = (measured - c.limit_ms) / c.limit_ms if measured == measured else 1.0
+    out["error_rate"] = summary.error_rate - max_error_rate
+    return out
+
+
+def meets(summary: LatencySummary, slo: SLO) -> bool:
+    return all(v <= 0 for v in slo_violations(summary, slo).values())

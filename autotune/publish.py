@@ -1,0 +1,56 @@
+"""Publication: a campaign's winner becomes its deployment's current config."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from autotune.engine_config import EngineConfig
+from autotune.errors import ConfigError, NotFoundError
+from autotune.storage import repo
+from autotune.storage.models import Publication
+
+
+def publish_campaign(session: Session, campaign_name: str, *, deployment: str | None,
+                     trial_number: int | None, period_label: str | None, published_by: str,
+                     note: str | None) -> Publication:
+    campaign = repo.find_campaign(session, campaign_name, deployment)
+    if campaign.status != "completed":
+        raise ConfigError(f"campaign {campaign.name!r} is {campaign.status}, not completed; "
+                          "publish only a finished campaign")
+    if trial_number is None:
+        trial = repo.best_trial(campaign)
+        if trial is None:
+            raise NotFoundError(f"campaign {campaign.name!r} has no feasible trial to publish; "
+                                "loosen the SLO or widen the search space and tune again")
+    else:
+        found = [t for t in campaign.trials if t.number == trial_number]
+        if not found:
+            raise NotFoundError(f"campaign {campaign.name!r} has no trial {trial_number}")
+        trial = found[0]
+        if not trial.feasible:
+            raise ConfigError(f"trial {trial_number} of campaign {campaign.name!r} is not "
+                              "feasible (it broke the SLO, a rule, or failed); pick another")
+    return repo.publish(session, campaign, trial, period_label=period_label or campaign.name,
+                        published_by=published_by, note=note)
+
+
+def config_document(pub: Publication) -> dict[str, Any]:
+    """The published config as services read it: engine args, the CLI list and the YAML."""
+    config = EngineConfig(**pub.engine_config)
+    return {
+        "deployment": pub.deployment.name,
+        "period": pub.period_label,
+        "campaign": pub.campaign.name,
+        "trial": pub.trial.number,
+        "published_at": pub.published_at.isoformat(),
+        "published_by": pub.published_by,
+        "note": pub.note,
+        "capacity_output_tok_s": pub.trial.capacity_output_tok_s,
+        "slo": pub.campaign.slo,
+        "model": pub.deployment.model,
+        "engine_args": config.explicit(),
+        "cli_args": config.to_cli_args(),
+        "yaml": config.to_yaml(),
+    }

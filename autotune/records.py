@@ -1,0 +1,120 @@
+"""Immutable records that cross module and process boundaries (to Ray workers and back)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from autotune.deployment import DeploymentSpec
+from autotune.engine_config import EngineConfig
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """Per-request measurements of one replay, columnar. Times are seconds measured from each
+    request's intended send time (so a late client cannot hide queueing). NaN = not reached."""
+
+    scheduled_s: np.ndarray
+    ttft_s: np.ndarray
+    e2e_s: np.ndarray
+    output_tokens: np.ndarray  # tokens received
+    failed: np.ndarray  # bool: server error, dropped connection, or not finished in time
+    itl_s: np.ndarray  # gaps between consecutive tokens, all requests together
+    itl_weight: np.ndarray  # how many gaps each itl_s value stands for (1 for real replays)
+    wall_s: float  # from the first intended send to the last completion
+    engine_stats: dict[str, float] = field(default_factory=dict)  # e.g. preemptions
+
+
+class LatencySummary(BaseModel):
+    """One replay summarised; the same fields for the simulator and real engines."""
+
+    model_config = ConfigDict(frozen=True)
+
+    requests: int
+    completed: int
+    error_rate: float
+    duration_s: float
+    output_tok_s: float
+    request_s: float
+    ttft_p50_ms: float
+    ttft_p90_ms: float
+    ttft_p99_ms: float
+    ttft_p99_9_ms: float
+    tpot_p50_ms: float
+    tpot_p90_ms: float
+    tpot_p99_ms: float
+    tpot_p99_9_ms: float
+    itl_p50_ms: float
+    itl_p90_ms: float
+    itl_p99_ms: float
+    itl_p99_9_ms: float
+    e2e_p50_ms: float
+    e2e_p90_ms: float
+    e2e_p99_ms: float
+    e2e_p99_9_ms: float
+    engine_stats: dict[str, float] = {}
+
+
+@dataclass(frozen=True)
+class CapacitySearch:
+    """How a trial looks for the highest sustainable rate: rate multipliers 1, factor,
+    factor**2, ... up to max_scale until the SLO breaks, then bisection between the last rate
+    that met it and the first that did not."""
+
+    factor: float = 2.0
+    max_scale: float = 1024.0
+    bisect_steps: int = 3
+
+    def ladder(self) -> list[float]:
+        scales = [1.0]
+        while scales[-1] * self.factor <= self.max_scale:
+            scales.append(scales[-1] * self.factor)
+        return scales
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    study_name: str
+    trial_number: int
+    config: EngineConfig
+    deployment: DeploymentSpec
+    trace: Any  # autotune.traffic.trace.Trace (kept Any to avoid an import cycle in pickles)
+    slo: Any  # autotune.slo.SLO
+    backend: str
+    seed: int = 0
+    search: CapacitySearch = CapacitySearch()
+
+    @property
+    def gpus(self) -> int:
+        return self.deployment.tensor_parallel_size
+
+
+class TrialOutcome(BaseModel):
+    """What a trial found. failure_class is None when the engine ran and was measured."""
+
+    model_config = ConfigDict(frozen=True)
+
+    trial_number: int
+    capacity_output_tok_s: float
+    capacity_rate_scale: float  # the rate multiplier at which capacity was measured (0: none)
+    at_capacity: LatencySummary | None
+    at_recorded_rate: LatencySummary | None
+    failure_class: str | None = None
+    failure_message: str | None = None
+    start_s: float = 0.0
+    measure_s: float = 0.0
+    replays: list[dict[str, Any]] = []  # rate_scale, output_tok_s, slo_ok per replay
+
+
+def percentile_ms(values: np.ndarray, q: float, weights: np.ndarray | None = None) -> float:
+    """The q-th percentile in milliseconds (inverted CDF); NaN when there are no values."""
+    keep = ~np.isnan(values)
+    v = values[keep]
+    if not len(v):
+        return float("nan")
+    if weights is None:
+        return float(np.percentile(v, q) * 1000.0)
+    return float(np.percentile(v, q, weights=weights[keep], method="inverted_cdf") * 1000.0)

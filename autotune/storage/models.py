@@ -1,0 +1,106 @@
+"""The project's own tables (prefix autotune_); Optuna keeps its own tables beside them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Deployment(Base):
+    __tablename__ = "autotune_deployments"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    model: Mapped[str] = mapped_column(String(200))
+    gpu: Mapped[str] = mapped_column(String(100))
+    gpu_count: Mapped[int] = mapped_column(Integer)
+    tensor_parallel_size: Mapped[int] = mapped_column(Integer)
+    max_model_len: Mapped[int] = mapped_column(Integer)
+    traffic_profile: Mapped[str] = mapped_column(String(20))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    campaigns: Mapped[list[Campaign]] = relationship(back_populates="deployment")
+
+
+class Campaign(Base):
+    """One tuning run of a deployment, e.g. 2026Q4."""
+
+    __tablename__ = "autotune_campaigns"
+    __table_args__ = (UniqueConstraint("deployment_id", "name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    deployment_id: Mapped[int] = mapped_column(ForeignKey("autotune_deployments.id"))
+    name: Mapped[str] = mapped_column(String(100))
+    slo: Mapped[dict[str, float]] = mapped_column(JSON)  # e.g. {"ttft_p99_ms": 2000}
+    trace_ref: Mapped[str] = mapped_column(Text)
+    trace_digest: Mapped[str] = mapped_column(String(100))
+    backend: Mapped[str] = mapped_column(String(50))
+    executor: Mapped[str] = mapped_column(String(50))
+    search_space: Mapped[str] = mapped_column(Text)
+    study_name: Mapped[str] = mapped_column(String(250), unique=True)
+    max_trials: Mapped[int] = mapped_column(Integer)
+    seed: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(20))  # running, completed, failed
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    wall_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    message: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+    deployment: Mapped[Deployment] = relationship(back_populates="campaigns")
+    trials: Mapped[list[Trial]] = relationship(back_populates="campaign",
+                                               order_by="Trial.number")
+
+
+class Trial(Base):
+    __tablename__ = "autotune_trials"
+    __table_args__ = (UniqueConstraint("campaign_id", "number"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    campaign_id: Mapped[int] = mapped_column(ForeignKey("autotune_campaigns.id"))
+    number: Mapped[int] = mapped_column(Integer)  # Optuna's trial number
+    role: Mapped[str] = mapped_column(String(30))  # vllm-default, guide-heuristic, proposed
+    engine_config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # measured: ran and was measured; rejected: broke an interaction rule, no engine started;
+    # failed: the engine or the worker failed
+    state: Mapped[str] = mapped_column(String(20))
+    feasible: Mapped[bool] = mapped_column()
+    capacity_output_tok_s: Mapped[float] = mapped_column(Float)
+    capacity_rate_scale: Mapped[float] = mapped_column(Float)
+    latency: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # at capacity
+    latency_recorded_rate: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    constraints: Mapped[dict[str, float]] = mapped_column(JSON)
+    replays: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    failure_class: Mapped[str | None] = mapped_column(String(50), nullable=True)
+    failure_message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    start_s: Mapped[float] = mapped_column(Float)
+    measure_s: Mapped[float] = mapped_column(Float)
+    finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    campaign: Mapped[Campaign] = relationship(back_populates="trials")
+
+
+class Publication(Base):
+    """A config published for a deployment; the newest one is the current config."""
+
+    __tablename__ = "autotune_publications"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    deployment_id: Mapped[int] = mapped_column(ForeignKey("autotune_deployments.id"))
+    campaign_id: Mapped[int] = mapped_column(ForeignKey("autotune_campaigns.id"))
+    trial_id: Mapped[int] = mapped_column(ForeignKey("autotune_trials.id"))
+    engine_config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    period_label: Mapped[str] = mapped_column(String(20))
+    published_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    published_by: Mapped[str] = mapped_column(String(100))
+    note: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+    deployment: Mapped[Deployment] = relationship()
+    campaign: Mapped[Campaign] = relationship()
+    trial: Mapped[Trial] = relationship()

@@ -1,0 +1,108 @@
+"""Queries and writes on the project's tables, one function per thing the system asks."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from autotune.deployment import DeploymentSpec
+from autotune.errors import ConfigError, NotFoundError
+from autotune.storage.models import Campaign, Deployment, Publication, Trial
+
+_SPEC_FIELDS = ("model", "gpu", "gpu_count", "tensor_parallel_size", "max_model_len",
+                "traffic_profile")
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def spec_of(dep: Deployment) -> DeploymentSpec:
+    return DeploymentSpec(name=dep.name, **{f: getattr(dep, f) for f in _SPEC_FIELDS})
+
+
+def get_deployment(session: Session, name: str) -> Deployment:
+    dep = session.scalar(select(Deployment).where(Deployment.name == name))
+    if dep is None:
+        raise NotFoundError(f"no deployment named {name!r}; tune one first with "
+                            f"`autotune tune --deployment {name} ...`")
+    return dep
+
+
+def ensure_deployment(session: Session, spec: DeploymentSpec) -> Deployment:
+    """The deployment with this name, created if new; refuses a different spec under one name."""
+    dep = session.scalar(select(Deployment).where(Deployment.name == spec.name))
+    if dep is None:
+        dep = Deployment(name=spec.name, created_at=now(),
+                         **{f: getattr(spec, f) for f in _SPEC_FIELDS})
+        session.add(dep)
+        session.flush()
+        return dep
+    stored = spec_of(dep)
+    diffs = [f"{f} {getattr(stored, f)!r} (asked {getattr(spec, f)!r})" for f in _SPEC_FIELDS
+             if getattr(stored, f) != getattr(spec, f)]
+    if diffs:
+        raise ConfigError(f"deployment {spec.name!r} already exists with {', '.join(diffs)}; "
+                          "use its stored settings or another --deployment name")
+    return dep
+
+
+def find_campaign(session: Session, name: str, deployment: str | None = None) -> Campaign:
+    query = select(Campaign).join(Deployment).where(Campaign.name == name)
+    if deployment:
+        query = query.where(Deployment.name == deployment)
+    found = list(session.scalars(query))
+    if not found:
+        where = f" for deployment {deployment!r}" if deployment else ""
+        raise NotFoundError(f"no campaign named {name!r}{where}; list them with "
+                            "`autotune campaigns`")
+    if len(found) > 1:
+        names = ", ".join(sorted(c.deployment.name for c in found))
+        raise ConfigError(f"campaign {name!r} exists for several deployments ({names}); "
+                          "add --deployment")
+    return found[0]
+
+
+def list_campaigns(session: Session) -> list[Campaign]:
+    return list(session.scalars(select(Campaign).order_by(Campaign.started_at)))
+
+
+def best_trial(campaign: Campaign) -> Trial | None:
+    feasible = [t for t in campaign.trials if t.feasible]
+    return max(feasible, key=lambda t: t.capacity_output_tok_s) if feasible else None
+
+
+def add_trial(session: Session, campaign: Campaign, **values: Any) -> Trial:
+    trial = Trial(campaign_id=campaign.id, finished_at=now(), **values)
+    session.add(trial)
+    session.flush()
+    return trial
+
+
+def publish(session: Session, campaign: Campaign, trial: Trial, *, period_label: str,
+            published_by: str, note: str | None) -> Publication:
+    pub = Publication(deployment_id=campaign.deployment_id, campaign_id=campaign.id,
+                      trial_id=trial.id, engine_config=dict(trial.engine_config),
+                      period_label=period_label, published_at=now(), published_by=published_by,
+                      note=note)
+    session.add(pub)
+    session.flush()
+    return pub
+
+
+def publications(session: Session, deployment: Deployment) -> list[Publication]:
+    """Newest first."""
+    return list(session.scalars(
+        select(Publication).where(Publication.deployment_id == deployment.id)
+        .order_by(Publication.published_at.desc(), Publication.id.desc())))
+
+
+def current_publication(session: Session, deployment: Deployment) -> Publication:
+    pubs = publications(session, deployment)
+    if not pubs:
+        raise NotFoundError(f"deployment {deployment.name!r} has no published config yet; "
+                            "publish one with `autotune publish --campaign NAME`")
+    return pubs[0]

@@ -1,0 +1,308 @@
+"""The study controller: Optuna ask/tell around an executor, every trial stored as it ends.
+
+Baselines (vLLM's defaults and the tuning guide's heuristic) are enqueued first. A config that
+breaks an interaction rule is told as infeasible without starting an engine. Measured configs
+run on the executor, at most `slots` at a time; each outcome is told to Optuna with its
+constraint values and written to the project's tables.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import Trial as OptunaTrial
+from sqlalchemy import Engine
+
+from autotune.baselines import BASELINES, deployment_args
+from autotune.deployment import DeploymentSpec
+from autotune.engine_config import EngineConfig
+from autotune.errors import ConfigError
+from autotune.executors import Executor
+from autotune.objective import is_feasible, outcome_constraints, rejected_constraints
+from autotune.records import TrialOutcome, TrialSpec
+from autotune.slo import SLO
+from autotune.space import load_search_space, violations
+from autotune.storage import repo
+from autotune.storage.db import session_scope
+from autotune.storage.models import Campaign
+from autotune.traffic.trace import Trace
+
+log = logging.getLogger("autotune.study")
+PROPOSED = "proposed"
+ASKS_PER_TRIAL = 10  # cap on asks (rejections and repeats are free) per measured trial
+
+
+@dataclass(frozen=True)
+class CampaignRequest:
+    deployment: DeploymentSpec
+    campaign: str
+    slo: SLO
+    trace: Trace
+    trace_ref: str
+    backend: str = "sim"
+    executor: str = "inline"
+    parallel: int = 1
+    search_space: str = "default"
+    max_trials: int = 30
+    seed: int = 0
+
+    @property
+    def study_name(self) -> str:
+        return f"{self.deployment.name}:{self.campaign}"
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """What observers and reports see of one finished trial."""
+
+    number: int
+    role: str
+    state: str  # measured, rejected, failed
+    feasible: bool
+    capacity_output_tok_s: float
+    config: dict[str, Any]
+    latency: dict[str, Any] | None = None
+    failure_class: str | None = None
+    failure_message: str | None = None
+    constraints: dict[str, float] = field(default_factory=dict)
+
+
+class Observer:
+    """Hooks for progress displays; the controller never draws anything itself."""
+
+    def on_start(self, request: CampaignRequest) -> None: ...
+
+    def on_trial(self, record: TrialRecord) -> None: ...
+
+
+@dataclass
+class _InFlight:
+    trial: OptunaTrial
+    role: str
+    config: EngineConfig
+    slow_rules: list[str]
+
+
+def _finite(value: Any) -> Any:
+    """JSON for any database: NaN and infinities (no data) become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _base_config(role: str, dep: DeploymentSpec) -> EngineConfig:
+    return BASELINES[role](dep) if role in BASELINES else EngineConfig(**deployment_args(dep))
+
+
+def _baseline_params(space_params: dict[str, Any], config: EngineConfig) -> dict[str, Any]:
+    values = config.explicit()
+    params = {}
+    for name, dist in space_params.items():
+        value = values[name]
+        contained = (value in dist.choices if isinstance(dist, CategoricalDistribution)
+                     else dist.low <= value <= dist.high)
+        if not contained:
+            raise ConfigError(f"the search space does not contain the baseline value "
+                              f"{name}={value!r}; widen that parameter's range")
+        params[name] = value
+    return params
+
+
+class StudyController:
+    def __init__(self, engine: Engine, storage_url: str, request: CampaignRequest,
+                 executor: Executor, observer: Observer | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.engine, self.request, self.executor = engine, request, executor
+        self.observer = observer or Observer()
+        self.space = load_search_space(request.search_space)
+        self.distributions = self.space.distributions()
+        self.storage = optuna.storages.RDBStorage(storage_url)
+        self.clock = clock
+        # Checked before anything is written: a baseline the space cannot hold is a bad request.
+        self.baseline_params = {role: _baseline_params(self.distributions,
+                                                       _base_config(role, request.deployment))
+                                for role in BASELINES}
+        self.records: list[TrialRecord] = []
+        self._seen: dict[tuple[tuple[str, Any], ...], TrialOutcome] = {}
+
+    # -- setup -------------------------------------------------------------------------------
+    def _create_campaign(self) -> int:
+        r = self.request
+        with session_scope(self.engine) as s:
+            dep = repo.ensure_deployment(s, r.deployment)
+            campaign = Campaign(
+                deployment_id=dep.id, name=r.campaign, slo=r.slo.to_dict(), trace_ref=r.trace_ref,
+                trace_digest=r.trace.digest, backend=r.backend, executor=r.executor,
+                search_space=r.search_space, study_name=r.study_name, max_trials=r.max_trials,
+                seed=r.seed, status="running", started_at=repo.now())
+            s.add(campaign)
+            s.flush()
+            return campaign.id
+
+    def _create_study(self) -> optuna.Study:
+        sampler = optuna.samplers.TPESampler(
+            seed=self.request.seed, multivariate=True, constant_liar=self.executor.slots > 1,
+            n_startup_trials=8)
+        study = optuna.create_study(study_name=self.request.study_name, storage=self.storage,
+                                    direction="maximize", sampler=sampler)
+        study.set_user_attr("slo", str(self.request.slo))
+        study.set_user_attr("deployment", self.request.deployment.name)
+        for role, params in self.baseline_params.items():
+            study.enqueue_trial(params, user_attrs={"role": role})
+        return study
+
+    # -- the loop ----------------------------------------------------------------------------
+    def run(self) -> int:
+        """Run the campaign to its budget; returns the campaign id."""
+        r = self.request
+        campaign_id = self._create_campaign()
+        t0 = self.clock()
+        self.executor.open(r.parallel, r.deployment.tensor_parallel_size)
+        study = self._create_study()
+        self.observer.on_start(r)
+        in_flight: dict[int, _InFlight] = {}
+        submitted = asks = 0
+        status, message = "failed", "interrupted"
+        try:
+            while True:
+                while (len(in_flight) < self.executor.slots and submitted < r.max_trials
+                       and asks < r.max_trials * ASKS_PER_TRIAL):
+                    asks += 1
+                    job = self._ask(study, campaign_id)
+                    if job is not None:
+                        in_flight[job.trial.number] = job
+                        submitted += 1
+                if not in_flight:
+                    break
+                for outcome in self.executor.wait():
+                    self._finish(study, campaign_id, in_flight.pop(outcome.trial_number), outcome)
+            status, message = "completed", None
+        except BaseException as exc:
+            message = f"{type(exc).__name__}: {exc}"
+            for job in in_flight.values():  # never leave a RUNNING trial behind
+                study.tell(job.trial, state=optuna.trial.TrialState.FAIL)
+            raise
+        finally:
+            self.executor.close()
+            with session_scope(self.engine) as s:
+                c = s.get(Campaign, campaign_id)
+                assert c is not None
+                c.status, c.message = status, message
+                c.finished_at, c.wall_s = repo.now(), self.clock() - t0
+        return campaign_id
+
+    def _ask(self, study: optuna.Study, campaign_id: int) -> _InFlight | None:
+        """Ask for a config; returns it if it must run, else tells it right away."""
+        dep = self.request.deployment
+        trial = study.ask(self.distributions)
+        role = trial.user_attrs.get("role", PROPOSED)
+        config = _base_config(role, dep).merged(**trial.params)
+        broken = violations(self.space, config, dep)
+        # Baselines are references: they run unless they are known to fail.
+        blocking = [v for v in broken if role == PROPOSED or v.severity == "error"]
+        if blocking:
+            self._tell_rejected(study, campaign_id, trial, role, config, blocking)
+            return None
+        key = tuple(sorted(config.explicit().items()))
+        if key in self._seen:  # the sampler repeated a config: reuse its measurement
+            trial.set_user_attr("repeat_of", self._seen[key].trial_number)
+            outcome = self._seen[key].model_copy(update={"trial_number": trial.number})
+            self._finish(study, campaign_id, _InFlight(trial, role, config, []), outcome)
+            return None
+        spec = TrialSpec(study_name=self.request.study_name, trial_number=trial.number,
+                         config=config, deployment=dep, trace=self.request.trace,
+                         slo=self.request.slo, backend=self.request.backend,
+                         seed=self.request.seed)
+        log.info("%s trial %d (%s): starting %s", spec.study_name, trial.number, role,
+                 " ".join(config.to_cli_args()))
+        self.executor.submit(spec)
+        return _InFlight(trial, role, config, [v.rule for v in broken])
+
+    def _set_constraints(self, trial: OptunaTrial, constraints: dict[str, float]) -> None:
+        for name, value in constraints.items():
+            trial.set_constraint(name, value)
+            trial.set_user_attr(f"constraint:{name}", value)
+        # optuna-dashboard 0.21 reads only the old list attribute; without it its "best value"
+        # line follows infeasible trials.
+        self.storage.set_trial_system_attr(trial._trial_id, "constraints",
+                                           list(constraints.values()))
+
+    def _tell_rejected(self, study: optuna.Study, campaign_id: int, trial: OptunaTrial, role: str,
+                       config: EngineConfig, broken: list[Any]) -> None:
+        constraints = rejected_constraints(self.request.slo, len(broken))
+        message = "; ".join(f"{v.rule}: {v.message}" for v in broken)
+        self._set_constraints(trial, constraints)
+        trial.set_user_attr("role", role)
+        trial.set_user_attr("failure_class", "rule_violation")
+        trial.set_user_attr("failure_message", message)
+        study.tell(trial, 0.0)
+        log.info("%s trial %d (%s): rejected without an engine: %s", self.request.study_name,
+                 trial.number, role, message)
+        self._store(campaign_id, TrialRecord(
+            number=trial.number, role=role, state="rejected", feasible=False,
+            capacity_output_tok_s=0.0, config=config.explicit(), failure_class="rule_violation",
+            failure_message=message, constraints=constraints), capacity_rate_scale=0.0)
+
+    def _finish(self, study: optuna.Study, campaign_id: int, job: _InFlight,
+                outcome: TrialOutcome) -> None:
+        constraints = outcome_constraints(outcome, self.request.slo)
+        feasible = is_feasible(constraints)
+        trial = job.trial
+        self._set_constraints(trial, constraints)
+        trial.set_user_attr("role", job.role)
+        trial.set_user_attr("capacity_output_tok_s", outcome.capacity_output_tok_s)
+        if job.slow_rules:
+            trial.set_user_attr("slow_rules", job.slow_rules)
+        if outcome.failure_class:
+            trial.set_user_attr("failure_class", outcome.failure_class)
+            trial.set_user_attr("failure_message", outcome.failure_message)
+        if outcome.at_capacity is not None:
+            for key in ("ttft_p99_ms", "tpot_p99_ms", "itl_p99_ms", "e2e_p99_ms"):
+                trial.set_user_attr(key, getattr(outcome.at_capacity, key))
+        study.tell(trial, outcome.capacity_output_tok_s if feasible else 0.0)
+        if outcome.at_recorded_rate is not None:
+            key = tuple(sorted(job.config.explicit().items()))
+            self._seen.setdefault(key, outcome)
+        state = "measured" if outcome.at_recorded_rate is not None else "failed"
+        log.info("%s trial %d (%s): %s, capacity %.0f output tok/s%s", self.request.study_name,
+                 trial.number, job.role, state, outcome.capacity_output_tok_s,
+                 f" ({outcome.failure_class})" if outcome.failure_class else "")
+        latency = outcome.at_capacity or outcome.at_recorded_rate
+        self._store(campaign_id, TrialRecord(
+            number=trial.number, role=job.role, state=state, feasible=feasible,
+            capacity_output_tok_s=outcome.capacity_output_tok_s if feasible else 0.0,
+            config=job.config.explicit(), latency=latency.model_dump() if latency else None,
+            failure_class=outcome.failure_class, failure_message=outcome.failure_message,
+            constraints=constraints), capacity_rate_scale=outcome.capacity_rate_scale,
+            outcome=outcome)
+
+    def _store(self, campaign_id: int, record: TrialRecord, *, capacity_rate_scale: float,
+               outcome: TrialOutcome | None = None) -> None:
+        with session_scope(self.engine) as s:
+            campaign = s.get(Campaign, campaign_id)
+            assert campaign is not None
+            repo.add_trial(
+                s, campaign, number=record.number, role=record.role,
+                engine_config=record.config, state=record.state, feasible=record.feasible,
+                capacity_output_tok_s=record.capacity_output_tok_s,
+                capacity_rate_scale=capacity_rate_scale, latency=_finite(record.latency),
+                latency_recorded_rate=_finite(outcome.at_recorded_rate.model_dump()
+                                              if outcome and outcome.at_recorded_rate else None),
+                constraints=_finite(record.constraints),
+                replays=_finite(outcome.replays) if outcome else [],
+                failure_class=record.failure_class, failure_message=record.failure_message,
+                start_s=outcome.start_s if outcome else 0.0,
+                measure_s=outcome.measure_s if outcome else 0.0)
+        self.records.append(record)
+        self.observer.on_trial(record)

@@ -1,0 +1,95 @@
+"""Trace: one row per request, the traffic a trial replays.
+
+This first version reads JSONL (one object per line: arrival_s, prompt_tokens, output_tokens,
+optional hash_ids and max_tokens) and validates it; the traffic issue adds the Parquet store and
+importers for public formats.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from autotune.errors import TraceError
+
+BUNDLED_DIR = Path(__file__).resolve().parents[1] / "data"
+DEMO_TRACE = BUNDLED_DIR / "demo_chat.jsonl"
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Requests sorted by arrival. Arrays are read-only; hash_ids are per-request tuples of
+    prefix-block ids (each block `hash_block_tokens` long; equal ids mean a shared prefix)."""
+
+    name: str
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    hash_ids: tuple[tuple[int, ...], ...]
+    hash_block_tokens: int
+    digest: str
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+    @property
+    def duration_s(self) -> float:
+        return float(self.arrival_s[-1] - self.arrival_s[0]) if len(self) else 0.0
+
+
+def file_digest(path: Path) -> str:
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _row_error(path: Path, row: int, column: str, what: str) -> TraceError:
+    return TraceError(f"{path}: row {row}, column {column!r}: {what}; fix or drop that row")
+
+
+def load_trace(path: str | Path) -> Trace:
+    """Load and validate a JSONL trace file."""
+    path = Path(path)
+    if not path.is_file():
+        raise TraceError(f"trace file {path} does not exist; pass --trace with a trace file "
+                         f"(the bundled demo trace is {DEMO_TRACE})")
+    arrival, prompt, output, hashes = [], [], [], []
+    block_tokens = 0
+    with path.open() as f:
+        for row, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise _row_error(path, row, "*", f"not a JSON object ({exc.msg})") from None
+            if not isinstance(rec, dict):
+                raise _row_error(path, row, "*", "not a JSON object")
+            for col in ("arrival_s", "prompt_tokens", "output_tokens"):
+                value = rec.get(col)
+                if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                    raise _row_error(path, row, col, f"expected a non-negative number, got {value!r}")
+            if rec["prompt_tokens"] < 1 or rec["output_tokens"] < 1:
+                raise _row_error(path, row, "prompt_tokens/output_tokens", "must be at least 1")
+            if arrival and rec["arrival_s"] < arrival[-1]:
+                raise _row_error(path, row, "arrival_s", "arrivals must not go back in time")
+            ids = rec.get("hash_ids") or []
+            if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+                raise _row_error(path, row, "hash_ids", "expected a list of integers")
+            if ids:
+                block_tokens = int(rec.get("hash_block_tokens", block_tokens or 512))
+            arrival.append(float(rec["arrival_s"]))
+            prompt.append(int(rec["prompt_tokens"]))
+            output.append(int(rec["output_tokens"]))
+            hashes.append(tuple(ids))
+    if not arrival:
+        raise TraceError(f"trace file {path} holds no requests; give a trace with at least one row")
+    start = arrival[0]
+    arrays = [np.asarray(a, dtype=dt) for a, dt in (([t - start for t in arrival], np.float64),
+                                                   (prompt, np.int64), (output, np.int64))]
+    for a in arrays:
+        a.setflags(write=False)
+    return Trace(path.stem, arrays[0], arrays[1], arrays[2], tuple(hashes), block_tokens or 512,
+                 file_digest(path))

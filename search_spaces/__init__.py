@@ -1,0 +1,27 @@
+"""Declarative search spaces and interaction rules (data), and the schema that reads them.
+
+This package is data plus a small schema: it never imports autotune.
+"""
+
+from __future__ import annotations
+
+from search_spaces._rules import Rule, RuleError
+from search_spaces._schema import (
+    Param,
+    SearchSpace,
+    SpaceError,
+    builtin_space_path,
+    load_rules_file,
+    load_space_file,
+)
+
+__all__ = [
+    "Param",
+    "Rule",
+    "RuleError",
+    "SearchSpace",
+    "SpaceError",
+    "builtin_space_path",
+    "load_rules_file",
+    "load_space_file",
+]

@@ -1,0 +1,126 @@
+"""Interaction rules: boolean expressions over engine arguments, checked without `eval`.
+
+A rule's `require` expression must hold for a config to be allowed. The grammar is a small subset
+of Python expressions, parsed with `ast` and interpreted here node by node:
+`and or not`, comparisons (`== != < <= > >= in not in`), `+ - * / // %`, unary minus,
+names, numbers, strings, booleans and tuples/lists of constants (for `in`).
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+_COMPARE: dict[type, Callable[[Any, Any], bool]] = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
+}
+_BINARY: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
+
+
+class RuleError(ValueError):
+    """A rule that cannot be parsed, names an unknown value, or fails to evaluate."""
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _check_grammar(node: ast.AST, source: str) -> None:
+    allowed = (
+        ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub,
+        ast.Compare, ast.BinOp, ast.Name, ast.Load, ast.Constant, ast.Tuple, ast.List,
+        *_COMPARE, *_BINARY,
+    )
+    for n in ast.walk(node):
+        if not isinstance(n, allowed):
+            raise RuleError(f"{source!r}: {type(n).__name__} is not allowed in a rule")
+
+
+def _evaluate(node: ast.AST, values: Mapping[str, Any]) -> Any:
+    if isinstance(node, ast.Expression):
+        return _evaluate(node.body, values)
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        return values[node.id]
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return tuple(_evaluate(e, values) for e in node.elts)
+    if isinstance(node, ast.BoolOp):
+        if isinstance(node.op, ast.And):
+            return all(_evaluate(v, values) for v in node.values)
+        return any(_evaluate(v, values) for v in node.values)
+    if isinstance(node, ast.UnaryOp):
+        operand = _evaluate(node.operand, values)
+        return (not operand) if isinstance(node.op, ast.Not) else -operand
+    if isinstance(node, ast.BinOp):
+        return _BINARY[type(node.op)](_evaluate(node.left, values), _evaluate(node.right, values))
+    if isinstance(node, ast.Compare):
+        left = _evaluate(node.left, values)
+        for op, comparator in zip(node.ops, node.comparators):
+            right = _evaluate(comparator, values)
+            if not _COMPARE[type(op)](left, right):
+                return False
+            left = right
+        return True
+    raise RuleError(f"cannot evaluate {type(node).__name__}")  # excluded by _check_grammar
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One interaction rule. severity "error": known to fail; "slow": known to be slow."""
+
+    name: str
+    require: str
+    message: str
+    severity: str = "error"
+    _tree: ast.Expression = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.severity not in ("error", "slow"):
+            raise RuleError(f"rule {self.name!r}: severity must be 'error' or 'slow'")
+        try:
+            tree = ast.parse(self.require, mode="eval")
+        except SyntaxError as exc:
+            raise RuleError(f"rule {self.name!r}: cannot parse {self.require!r}: {exc.msg}") from None
+        try:
+            _check_grammar(tree, self.require)
+        except RuleError as exc:
+            raise RuleError(f"rule {self.name!r}: {exc}") from None
+        object.__setattr__(self, "_tree", tree)
+
+    @property
+    def names(self) -> set[str]:
+        return _names(self._tree)
+
+    def check_names(self, known: set[str]) -> None:
+        unknown = sorted(self.names - known)
+        if unknown:
+            raise RuleError(
+                f"rule {self.name!r} references unknown name(s) {', '.join(unknown)}; "
+                f"known names: {', '.join(sorted(known))}"
+            )
+
+    def holds(self, values: Mapping[str, Any]) -> bool:
+        try:
+            return bool(_evaluate(self._tree, values))
+        except KeyError as exc:
+            raise RuleError(f"rule {self.name!r}: no value for {exc.args[0]!r}") from None
+        except (TypeError, ZeroDivisionError) as exc:
+            raise RuleError(f"rule {self.name!r}: {exc}") from None

@@ -1,0 +1,99 @@
+"""The `ray` executor: one Ray actor per trial, asking for the trial's GPUs.
+
+Ray's resource accounting is what keeps two engines off one GPU: an actor asks for
+`num_gpus = tensor_parallel_size`, and Ray sets CUDA_VISIBLE_DEVICES to the GPUs it grants.
+On a machine without GPUs (the simulator, a laptop) a local Ray is started with logical GPUs,
+`slots * gpus_per_trial` of them; with `address` it joins an existing cluster instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError, RayError
+
+from autotune.executors import Executor, execute_trial
+from autotune.records import TrialOutcome, TrialSpec
+
+log = logging.getLogger("autotune.executors.ray")
+
+
+@ray.remote(num_cpus=0)
+class TrialActor:
+    """Runs one trial in its own worker process; the process ends with the actor."""
+
+    def run(self, spec: TrialSpec) -> TrialOutcome:
+        return execute_trial(spec)
+
+
+def _infra_failure(spec: TrialSpec, message: str) -> TrialOutcome:
+    return TrialOutcome(trial_number=spec.trial_number, capacity_output_tok_s=0.0,
+                        capacity_rate_scale=0.0, at_capacity=None, at_recorded_rate=None,
+                        failure_class="infrastructure", failure_message=message)
+
+
+class RayExecutor(Executor):
+    name = "ray"
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None,
+                 logical_gpus: bool = True, **options: object) -> None:
+        super().__init__(**options)
+        self.address, self.num_cpus, self.logical_gpus = address, num_cpus, logical_gpus
+        self._started_ray = False
+        self._running: dict[Any, tuple[TrialSpec, Any]] = {}
+
+    def open(self, slots: int, gpus_per_trial: int) -> None:
+        self.gpus_per_trial = gpus_per_trial
+        if not ray.is_initialized():
+            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                                      "logging_level": logging.WARNING,
+                                      "configure_logging": True}
+            if self.address:
+                kwargs["address"] = self.address
+            else:
+                kwargs["num_cpus"] = self.num_cpus or 2
+                if self.logical_gpus:
+                    kwargs["num_gpus"] = slots * gpus_per_trial
+            ray.init(**kwargs)
+            self._started_ray = True
+        gpus = int(ray.cluster_resources().get("GPU", 0))
+        # Never more trials in flight than the cluster has GPU groups for.
+        self.slots = max(1, min(slots, gpus // max(gpus_per_trial, 1))) if gpus else 1
+        if gpus < gpus_per_trial:
+            log.warning("the Ray cluster has %d GPUs, a trial needs %d: trials will wait", gpus,
+                        gpus_per_trial)
+
+    def submit(self, spec: TrialSpec) -> None:
+        actor = TrialActor.options(num_gpus=spec.gpus,  # type: ignore[attr-defined]
+                                   name=f"trial-{spec.study_name}-{spec.trial_number}",
+                                   max_restarts=0).remote()
+        self._running[actor.run.remote(spec)] = (spec, actor)
+
+    def wait(self) -> list[TrialOutcome]:
+        if not self._running:
+            return []
+        ready, _ = ray.wait(list(self._running), num_returns=1)
+        outcomes = []
+        for ref in ready:
+            spec, actor = self._running.pop(ref)
+            try:
+                outcomes.append(ray.get(ref))
+            except RayActorError as exc:
+                log.error("%s trial %d: Ray worker lost: %s", spec.study_name, spec.trial_number,
+                          exc)
+                outcomes.append(_infra_failure(spec, f"Ray worker lost: {exc}"))
+            except RayError as exc:
+                outcomes.append(_infra_failure(spec, f"Ray error: {exc}"))
+            finally:
+                ray.kill(actor)
+        return outcomes
+
+    def close(self) -> None:
+        for _, actor in self._running.values():
+            ray.kill(actor)
+        self._running.clear()
+        if self._started_ray and ray.is_initialized():
+            ray.shutdown()
+        self._started_ray = False
