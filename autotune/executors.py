@@ -17,6 +17,8 @@ Contract:
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 import traceback
 from abc import ABC, abstractmethod
@@ -50,11 +52,18 @@ class Executor(ABC):
     def close(self) -> None: ...
 
 
+def _worker_info() -> dict[str, object]:
+    return {"host": socket.gethostname(), "pid": os.getpid(),
+            "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+
 def execute_trial(spec: TrialSpec) -> TrialOutcome:
     """Run one trial where this is called (in-process or inside a worker); never raises."""
+    started = time.time()
+    where = {"started_at_epoch_s": started, "worker": _worker_info()}
     t0 = time.monotonic()
     try:
-        return run_trial(spec, load_backend(spec.backend))
+        return run_trial(spec, load_backend(spec.backend)).model_copy(update=where)
     except Exception as exc:  # a bug in a backend must cost one trial, not the campaign
         log.error("%s trial %d crashed in the worker: %s", spec.study_name, spec.trial_number,
                   traceback.format_exc())
@@ -62,7 +71,7 @@ def execute_trial(spec: TrialSpec) -> TrialOutcome:
                             capacity_rate_scale=0.0, at_capacity=None, at_recorded_rate=None,
                             failure_class="worker_error",
                             failure_message=f"{type(exc).__name__}: {exc}",
-                            measure_s=time.monotonic() - t0)
+                            measure_s=time.monotonic() - t0, **where)
 
 
 class InlineExecutor(Executor):

@@ -13,6 +13,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import optuna
@@ -303,6 +304,9 @@ class StudyController:
                 replays=_finite(outcome.replays) if outcome else [],
                 failure_class=record.failure_class, failure_message=record.failure_message,
                 start_s=outcome.start_s if outcome else 0.0,
-                measure_s=outcome.measure_s if outcome else 0.0)
+                measure_s=outcome.measure_s if outcome else 0.0,
+                started_at=(datetime.fromtimestamp(outcome.started_at_epoch_s, UTC)
+                            if outcome and outcome.started_at_epoch_s else None),
+                worker=outcome.worker if outcome else {})
         self.records.append(record)
         self.observer.on_trial(record)

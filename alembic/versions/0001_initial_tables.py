@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises: 
-Create Date: 2026-12-02 09:34:13.975171
+Create Date: 2026-12-02 09:39:01.423915
 """
 from __future__ import annotations
 
@@ -71,7 +71,9 @@ def upgrade() -> None:
     sa.Column('failure_message', sa.Text(), nullable=True),
     sa.Column('start_s', sa.Float(), nullable=False),
     sa.Column('measure_s', sa.Float(), nullable=False),
+    sa.Column('started_at', sa.DateTime(timezone=True), nullable=True),
     sa.Column('finished_at', sa.DateTime(timezone=True), nullable=False),
+    sa.Column('worker', sa.JSON(), nullable=False),
     sa.ForeignKeyConstraint(['campaign_id'], ['autotune_campaigns.id'], ),
     sa.PrimaryKeyConstraint('id'),
     sa.UniqueConstraint('campaign_id', 'number')

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 from rich.console import Console
 
@@ -269,15 +268,19 @@ def main(argv: list[str] | None = None) -> int:
     except AutotuneError as exc:
         err.print(f"autotune: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return 2
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
-    except click.ClickException as exc:
-        err.print(f"autotune: error: {exc.format_message()} (see `autotune --help`)",
-                  markup=False, highlight=False, soft_wrap=True)
-        return 2
-    except click.exceptions.Abort:
+    except typer.Exit as exc:
+        return int(exc.exit_code)
+    except typer.Abort:
         err.print("autotune: interrupted", markup=False)
         return 130
+    except typer.TyperException as exc:  # usage errors: unknown flag, bad value, ...
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `autotune` or `autotune db`
+            console.print(exc.format_message(), markup=False, highlight=False)  # type: ignore[attr-defined]
+            return 2
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        err.print(f"autotune: error: {message} (see `autotune --help`)", markup=False,
+                  highlight=False, soft_wrap=True)
+        return 2
 
 
 if __name__ == "__main__":

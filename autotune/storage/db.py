@@ -15,7 +15,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -33,8 +33,16 @@ def _safe(url: str) -> str:
         return url
 
 
+def _parse(url: str) -> URL:
+    try:
+        return make_url(url)
+    except ArgumentError:
+        raise StorageError(f"cannot parse database URL {url!r}; use e.g. sqlite:///autotune.db or "
+                           "postgresql+psycopg://user@host:5432/db (AUTOTUNE_DATABASE_URL)") from None
+
+
 def _sqlite_path(url: str) -> Path | None:
-    u = make_url(url)
+    u = _parse(url)
     if u.get_backend_name() == "sqlite" and u.database and u.database != ":memory:":
         return Path(u.database)
     return None
@@ -49,11 +57,7 @@ def _enable_wal(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
 
 
 def make_engine(url: str) -> Engine:
-    try:
-        u = make_url(url)
-    except ArgumentError:
-        raise StorageError(f"cannot parse database URL {url!r}; use e.g. sqlite:///autotune.db or "
-                           "postgresql+psycopg://user@host:5432/db (AUTOTUNE_DATABASE_URL)") from None
+    u = _parse(url)
     kwargs: dict[str, object] = {}
     if u.get_backend_name() == "postgresql":
         kwargs = {"pool_pre_ping": True, "connect_args": {"connect_timeout": 5}}

@@ -79,9 +79,11 @@ class Trial(Base):
     replays: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
     failure_class: Mapped[str | None] = mapped_column(String(50), nullable=True)
     failure_message: Mapped[str | None] = mapped_column(Text, nullable=True)
-    start_s: Mapped[float] = mapped_column(Float)
-    measure_s: Mapped[float] = mapped_column(Float)
+    start_s: Mapped[float] = mapped_column(Float)  # engine start-up
+    measure_s: Mapped[float] = mapped_column(Float)  # capacity search
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    worker: Mapped[dict[str, Any]] = mapped_column(JSON)  # host, pid, GPUs it was given
 
     campaign: Mapped[Campaign] = relationship(back_populates="trials")
 

@@ -33,6 +33,19 @@ class Trace:
     hash_block_tokens: int
     digest: str
 
+    @classmethod
+    def from_rows(cls, name: str, rows: list[dict[str, object]]) -> Trace:
+        """A trace from in-memory rows (same keys as the JSONL file), for generators and tests."""
+        data = json.dumps(rows, sort_keys=True).encode()
+        arrays = [np.asarray([r[k] for r in rows], dtype=dt) for k, dt in (
+            ("arrival_s", np.float64), ("prompt_tokens", np.int64), ("output_tokens", np.int64))]
+        for a in arrays:
+            a.setflags(write=False)
+        block = int(rows[0].get("hash_block_tokens", 512)) if rows else 512  # type: ignore[call-overload]
+        return cls(name, arrays[0], arrays[1], arrays[2],
+                   tuple(tuple(r.get("hash_ids") or ()) for r in rows),  # type: ignore[arg-type]
+                   block, "sha256:" + hashlib.sha256(data).hexdigest())
+
     def __len__(self) -> int:
         return len(self.arrival_s)
 

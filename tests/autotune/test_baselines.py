@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+from autotune.baselines import guide_heuristic, vllm_defaults
+from autotune.deployment import DEMO, DeploymentSpec
+
+
+def dep(gpu: str, profile: str = "chat") -> DeploymentSpec:
+    return DeploymentSpec(name="d", model="Llama-3.1-8B", gpu=gpu, gpu_count=1,
+                          tensor_parallel_size=1, max_model_len=8192, traffic_profile=profile)
+
+
+def test_vllm_defaults_follow_the_hardware() -> None:
+    h200 = vllm_defaults(DEMO)
+    assert (h200.max_num_seqs, h200.max_num_batched_tokens, h200.block_size) == (1024, 8192, 16)
+    a100 = vllm_defaults(dep("A100-80GB"))
+    assert (a100.max_num_seqs, a100.max_num_batched_tokens) == (256, 2048)
+    cpu = vllm_defaults(dep("cpu"))
+    assert (cpu.max_num_seqs, cpu.max_num_batched_tokens, cpu.block_size) == (128, 2048, 128)
+    assert h200.gpu_memory_utilization == 0.92 and h200.enable_chunked_prefill
+
+
+def test_guide_heuristic_decision_tree() -> None:
+    a100 = guide_heuristic(dep("A100-80GB"))
+    assert (a100.max_num_batched_tokens, a100.gpu_memory_utilization, a100.max_num_seqs) == (
+        4096, 0.9, 64)
+    l40s = guide_heuristic(dep("L40S", "batch"))
+    assert (l40s.max_num_batched_tokens, l40s.gpu_memory_utilization, l40s.max_num_seqs) == (
+        2048, 0.8, 32)
+    assert l40s.block_size == 32 and l40s.enable_chunked_prefill

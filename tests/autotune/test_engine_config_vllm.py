@@ -1,0 +1,92 @@
+"""Every config the search spaces can produce goes through vLLM's own argument parser.
+
+vLLM runs in its own venv (`make engine-venv`); AUTOTUNE_ENGINE_PYTHON names its interpreter.
+The check parses both `to_cli_args()` and `to_yaml()` and compares the parsed values, so a flag
+vLLM does not know, or a YAML key it silently drops, fails here.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from autotune.baselines import guide_heuristic, vllm_defaults
+from autotune.deployment import DEMO
+from autotune.engine_config import EngineConfig
+from autotune.space import load_search_space
+
+pytestmark = pytest.mark.integration
+
+PARSE = r"""
+import json, sys
+from vllm.entrypoints.launchers.cli_args import make_arg_parser
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+cases = json.load(open(sys.argv[1]))
+parser = make_arg_parser(FlexibleArgumentParser())
+out = []
+for case in cases:
+    names = case["names"]
+    a = vars(parser.parse_args(case["cli"]))
+    b = vars(parser.parse_args(["--config", case["yaml_path"]]))
+    out.append({"cli": {n: a[n] for n in names}, "yaml": {n: b[n] for n in names}})
+print("RESULT " + json.dumps(out))
+"""
+
+
+def _engine_python() -> str:
+    path = os.environ.get("AUTOTUNE_ENGINE_PYTHON", "")
+    if not path or not Path(path).exists():
+        if os.environ.get("CI"):
+            pytest.fail("AUTOTUNE_ENGINE_PYTHON is not set to the vLLM CPU venv; run `make test`")
+        pytest.skip("vLLM CPU build not installed (make engine-venv)")
+    return path
+
+
+def _configs() -> list[EngineConfig]:
+    """Every value of every parameter of the default space, plus the baselines."""
+    space = load_search_space("default")
+    configs = [vllm_defaults(DEMO), guide_heuristic(DEMO)]
+    base = guide_heuristic(DEMO)
+    for p in space.params:
+        for value in p.grid() if p.type != "int" else (int(p.low), int(p.high), 100):
+            configs.append(base.merged(**{p.name: value}))
+    bools = [p.name for p in space.params if p.type == "bool"]
+    for combo in itertools.product((True, False), repeat=len(bools)):
+        configs.append(base.merged(**dict(zip(bools, combo))))
+    return configs
+
+
+def test_vllm_parser_accepts_every_config_as_cli_and_yaml(tmp_path: Path) -> None:
+    python = _engine_python()
+    configs = _configs()
+    cases = []
+    for i, config in enumerate(configs):
+        path = tmp_path / f"c{i}.yaml"
+        path.write_text(config.to_yaml())
+        cases.append({"names": list(config.explicit()), "cli": config.to_cli_args(),
+                      "yaml_path": str(path)})
+    (tmp_path / "cases.json").write_text(json.dumps(cases))
+    proc = subprocess.run([python, "-c", PARSE, str(tmp_path / "cases.json")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    results = json.loads(line.removeprefix("RESULT "))
+    for config, parsed in zip(configs, results):
+        expected = config.explicit()
+        assert parsed["cli"] == expected, config.to_cli_args()
+        assert parsed["yaml"] == expected, config.to_yaml()
+
+
+def test_vllm_parser_rejects_a_removed_flag() -> None:
+    """The same parser refuses what REMOVED_ARGS refuses, so the list is not stale."""
+    python = _engine_python()
+    code = ("from vllm.entrypoints.launchers.cli_args import make_arg_parser\n"
+            "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+            "make_arg_parser(FlexibleArgumentParser()).parse_args(['--swap-space', '4'])")
+    proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "unrecognized arguments: --swap-space" in proc.stderr

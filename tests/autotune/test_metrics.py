@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autotune.metrics import meets, slo_violations, summarize
+from autotune.records import ReplayResult
+from autotune.slo import parse_slo
+
+
+def result(**overrides: object) -> ReplayResult:
+    values: dict[str, object] = dict(
+        scheduled_s=np.array([0.0, 1.0, 2.0, 3.0]),
+        ttft_s=np.array([0.1, 0.2, 0.3, np.nan]),
+        e2e_s=np.array([1.1, 2.2, 0.3, np.nan]),
+        output_tokens=np.array([11, 21, 1, 0]),
+        failed=np.array([False, False, False, True]),
+        itl_s=np.array([0.1, 0.5]),
+        itl_weight=np.array([3, 1]),
+        wall_s=4.0,
+    )
+    values.update(overrides)
+    return ReplayResult(**values)  # type: ignore[arg-type]
+
+
+def test_summary_fields() -> None:
+    s = summarize(result())
+    assert (s.requests, s.completed, s.error_rate) == (4, 3, 0.25)
+    assert s.output_tok_s == pytest.approx(33 / 4)
+    # TPOT only for requests with more than one token: (1.1-0.1)/10 and (2.2-0.2)/20.
+    assert s.tpot_p50_ms == pytest.approx(100.0)
+    assert s.ttft_p50_ms == pytest.approx(200.0)
+
+
+def test_itl_percentiles_respect_weights() -> None:
+    s = summarize(result())
+    assert s.itl_p50_ms == pytest.approx(100.0)  # three of four gaps are 0.1 s
+    assert s.itl_p99_ms == pytest.approx(500.0)
+
+
+def test_slo_violations_are_relative_and_count_errors() -> None:
+    s = summarize(result(failed=np.array([False, False, False, False]),
+                         ttft_s=np.array([0.1, 0.2, 0.3, 0.4]), e2e_s=np.array([1, 2, 1, 1.0]),
+                         output_tokens=np.array([2, 2, 2, 2])))
+    slo = parse_slo("ttft_p99<=200ms")
+    v = slo_violations(s, slo)
+    assert v["ttft_p99_ms"] == pytest.approx((s.ttft_p99_ms - 200) / 200) and v["ttft_p99_ms"] > 0
+    assert v["error_rate"] == 0 and not meets(s, slo)
+    assert meets(s, parse_slo("ttft_p99<=1s"))
+    assert not meets(summarize(result()), parse_slo("ttft_p99<=10s"))  # one request failed

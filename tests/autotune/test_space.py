@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune.baselines import guide_heuristic, vllm_defaults
+from autotune.deployment import DEMO, DeploymentSpec
+from autotune.engine_config import EngineConfig
+from autotune.errors import SearchSpaceError
+from autotune.space import load_search_space, violations
+
+CPU = DeploymentSpec(name="cpu", model="tiny-llama", gpu="cpu", gpu_count=1,
+                     tensor_parallel_size=1, max_model_len=2048)
+LONG = DEMO.model_copy(update={"max_model_len": 65536})
+
+
+def broken(config: EngineConfig, dep: DeploymentSpec = DEMO) -> set[str]:
+    return {v.rule for v in violations(load_search_space("default"), config, dep)}
+
+
+def test_the_heuristic_breaks_no_rule() -> None:
+    assert broken(guide_heuristic(DEMO)) == set()
+
+
+def test_vllm_default_on_h200_is_only_known_slow() -> None:
+    # vLLM's own default (block 16, 1024 sequences) hits the guide's "slow" combination.
+    assert broken(vllm_defaults(DEMO)) == {"small_blocks_many_seqs"}
+
+
+@pytest.mark.parametrize("overrides, dep, rule", [
+    ({"max_num_seqs": 256, "max_num_batched_tokens": 128}, DEMO, "batched_tokens_cover_seqs"),
+    ({"enable_chunked_prefill": False, "max_num_batched_tokens": 8192}, DEMO,
+     "unchunked_prefill_fits_context"),
+    ({"block_size": 24}, DEMO, "gpu_block_size_multiple"),
+    ({"block_size": 16}, CPU, "cpu_block_size_multiple"),
+    ({"block_size": 16, "max_num_seqs": 128}, DEMO, "small_blocks_many_seqs"),
+    ({"gpu_memory_utilization": 0.95}, LONG, "high_memory_long_context"),
+])
+def test_each_rule(overrides: dict, dep: DeploymentSpec, rule: str) -> None:
+    base = guide_heuristic(dep)
+    assert rule not in broken(base, dep)
+    assert rule in broken(base.merged(**overrides), dep)
+
+
+def test_unset_arguments_are_checked_at_vllms_default() -> None:
+    # No block_size given: on the CPU vLLM picks 128, a multiple of 32, so the rule holds.
+    assert "cpu_block_size_multiple" not in broken(EngineConfig(max_model_len=2048), CPU)
+
+
+def _space(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "space.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_unknown_parameter_is_refused(tmp_path: Path) -> None:
+    path = _space(tmp_path, "parameters:\n  max_num_seq: {type: int, low: 1, high: 8}\n")
+    with pytest.raises(SearchSpaceError, match="unknown parameter 'max_num_seq'"):
+        load_search_space(path)
+
+
+def test_removed_parameter_is_refused_with_reason(tmp_path: Path) -> None:
+    path = _space(tmp_path, "parameters:\n  swap_space: {type: int, low: 1, high: 8}\n")
+    with pytest.raises(SearchSpaceError, match="swap_space.*no longer exists"):
+        load_search_space(path)
+
+
+def test_rule_with_unknown_name_is_refused(tmp_path: Path) -> None:
+    path = _space(tmp_path, "parameters:\n  max_num_seqs: {type: int, low: 1, high: 8}\n"
+                            "rules:\n  - {name: mine, require: 'max_batch > 2', message: m}\n")
+    with pytest.raises(SearchSpaceError, match="rule 'mine' references unknown name.*max_batch"):
+        load_search_space(path)

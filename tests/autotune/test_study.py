@@ -1,0 +1,88 @@
+"""A whole campaign, inline, on the simulator and SQLite."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from autotune.executors import InlineExecutor
+from autotune.slo import parse_slo
+from autotune.storage import repo
+from autotune.storage.db import open_database, session_scope
+from autotune.storage.models import Campaign
+from autotune.study import CampaignRequest, StudyController
+from autotune.deployment import DEMO
+from autotune.traffic.trace import DEMO_TRACE, load_trace
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, int]:
+    from autotune.storage.db import upgrade
+
+    url = f"sqlite:///{tmp_path_factory.mktemp('study') / 'a.db'}"
+    upgrade(url)
+    request = CampaignRequest(deployment=DEMO, campaign="c1", slo=parse_slo("ttft_p99<=2s,tpot_p99<=50ms"),
+                              trace=load_trace(DEMO_TRACE), trace_ref=str(DEMO_TRACE),
+                              max_trials=12, seed=1)
+    engine = open_database(url)
+    campaign_id = StudyController(engine, url, request, InlineExecutor()).run()
+    engine.dispose()
+    return url, campaign_id
+
+
+def _campaign(url: str, campaign_id: int) -> Campaign:
+    engine = open_database(url)
+    with session_scope(engine) as s:
+        c = s.get(Campaign, campaign_id)
+        assert c is not None
+        _ = [t.engine_config for t in c.trials], c.deployment.name
+    engine.dispose()
+    return c
+
+
+def test_baselines_run_first_and_the_budget_is_kept(finished: tuple[str, int]) -> None:
+    c = _campaign(*finished)
+    assert c.status == "completed" and c.finished_at is not None
+    roles = {t.number: t.role for t in c.trials}
+    assert roles[0] == "vllm-default" and roles[1] == "guide-heuristic"
+    assert sum(t.state != "rejected" for t in c.trials) == 12
+    heuristic = next(t for t in c.trials if t.role == "guide-heuristic")
+    assert heuristic.engine_config["block_size"] == 32 and heuristic.engine_config["max_num_seqs"] == 64
+
+
+def test_rule_breakers_never_reach_an_engine(finished: tuple[str, int]) -> None:
+    c = _campaign(*finished)
+    rejected = [t for t in c.trials if t.state == "rejected"]
+    for t in rejected:
+        assert t.failure_class == "rule_violation" and not t.feasible
+        assert t.replays == [] and t.worker == {}  # no engine was started
+        assert t.constraints["interaction_rules"] >= 1
+
+
+def test_best_trial_is_feasible_and_constraints_reach_optuna(finished: tuple[str, int]) -> None:
+    url, campaign_id = finished
+    c = _campaign(url, campaign_id)
+    best = repo.best_trial(c)
+    assert best is not None and best.feasible and best.capacity_output_tok_s > 0
+    assert all(v <= 0 for v in best.constraints.values())
+    study = optuna.load_study(study_name=c.study_name, storage=url)
+    assert study.best_trial.number == best.number
+    frozen = {t.number: t for t in study.trials}
+    for t in c.trials:
+        ft = frozen[t.number]
+        assert ft.state == optuna.trial.TrialState.COMPLETE
+        named = {k: v for k, v in ft.constraints.items() if not k.isdigit()}
+        assert named == pytest.approx(t.constraints)
+        # The list form optuna-dashboard 0.21 reads.
+        assert ft.system_attrs["constraints"] == pytest.approx(list(t.constraints.values()))
+        assert ft.user_attrs["role"] == t.role
+
+
+def test_measured_trials_carry_latency_and_where_they_ran(finished: tuple[str, int]) -> None:
+    c = _campaign(*finished)
+    for t in (t for t in c.trials if t.state == "measured"):
+        assert t.latency_recorded_rate is not None and t.replays
+        assert t.worker.get("pid") and t.started_at is not None
+        if t.feasible:
+            assert t.capacity_rate_scale >= 1.0
+            assert t.latency["ttft_p99_ms"] <= 2000 and t.latency["tpot_p99_ms"] <= 50

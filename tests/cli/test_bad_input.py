@@ -1,0 +1,99 @@
+"""Bad input: one line naming the problem and the fix, exit code 2, nothing written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from tests.conftest import run_cli
+
+FAST = ["--trials", "3"]
+
+
+def _rows(url: str) -> dict[str, int]:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return {t: conn.exec_driver_sql(f"SELECT COUNT(*) FROM {t}").scalar_one()
+                    for t in ("autotune_deployments", "autotune_campaigns", "studies")}
+    finally:
+        engine.dispose()
+
+
+def _assert_one_line_error(proc, fragment: str) -> None:  # type: ignore[no-untyped-def]
+    assert proc.returncode == 2, proc.stderr
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("autotune: error: ") and fragment in lines[0], lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("make_args, fragment", [
+    (lambda tmp: ["--space", str(_file(tmp, "s.yaml",
+                                       "parameters:\n  max_num_seq: {type: int, low: 1, high: 8}\n"))],
+     "unknown parameter 'max_num_seq'"),
+    (lambda tmp: ["--slo", "ttft_p99<2s"], "cannot read SLO term 'ttft_p99<2s'"),
+    (lambda tmp: ["--space", str(_file(
+        tmp, "r.yaml", "parameters:\n  max_num_seqs: {type: int, low: 8, high: 1024, log: true}\n"
+                       "rules:\n  - {name: mine, require: 'batch > 2', message: m}\n"))],
+     "references unknown name(s) batch"),
+    (lambda tmp: ["--trace", str(tmp / "missing.jsonl")], "does not exist"),
+    (lambda tmp: ["--trace", str(_file(tmp, "bad.jsonl", '{"arrival_s": 0, "prompt_tokens": -3, '
+                                                         '"output_tokens": 5}\n'))],
+     "row 1, column 'prompt_tokens'"),
+    (lambda tmp: ["--gpu", "TPU-v9"], "unknown GPU 'TPU-v9'"),
+    (lambda tmp: ["--executor", "slurm"], "unknown executor 'slurm'"),
+])
+def test_bad_tune_input_writes_nothing(tmp_path: Path, migrated_sqlite: str, make_args,  # type: ignore[no-untyped-def]
+                                       fragment: str) -> None:
+    before = _rows(migrated_sqlite)
+    proc = run_cli("tune", *FAST, *make_args(tmp_path),
+                   env={"AUTOTUNE_DATABASE_URL": migrated_sqlite})
+    _assert_one_line_error(proc, fragment)
+    assert _rows(migrated_sqlite) == before
+
+
+def _file(tmp: Path, name: str, text: str) -> Path:
+    path = tmp / name
+    path.write_text(text)
+    return path
+
+
+def test_unreachable_database(tmp_path: Path) -> None:
+    proc = run_cli("tune", *FAST, env={
+        "AUTOTUNE_DATABASE_URL": "postgresql+psycopg://autotune@127.0.0.1:1/autotune"})
+    _assert_one_line_error(proc, "cannot reach the database at")
+
+
+def test_unmigrated_database_names_the_upgrade_command(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    engine = sa.create_engine(f"sqlite:///{db}")
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE something (x INTEGER)")
+    engine.dispose()
+    for args in (["tune", *FAST], ["publish", "--campaign", "demo"], ["campaigns"]):
+        proc = run_cli(*args, env={"AUTOTUNE_DATABASE_URL": f"sqlite:///{db}"})
+        _assert_one_line_error(proc, "run `autotune db upgrade`")
+    inspector_engine = sa.create_engine(f"sqlite:///{db}")
+    assert sa.inspect(inspector_engine).get_table_names() == ["something"]
+    inspector_engine.dispose()
+
+
+def test_missing_sqlite_database_is_not_created(tmp_path: Path) -> None:
+    db = tmp_path / "absent.db"
+    proc = run_cli("tune", *FAST, env={"AUTOTUNE_DATABASE_URL": f"sqlite:///{db}"})
+    _assert_one_line_error(proc, "run `autotune db upgrade`")
+    assert not db.exists()
+
+
+def test_unknown_flag_is_one_line() -> None:
+    proc = run_cli("tune", "--max-seqs", "3")
+    _assert_one_line_error(proc, "No such option: --max-seqs")
+
+
+def test_publish_unknown_campaign(migrated_sqlite: str) -> None:
+    proc = run_cli("publish", "--campaign", "2031Q1",
+                   env={"AUTOTUNE_DATABASE_URL": migrated_sqlite})
+    _assert_one_line_error(proc, "no campaign named '2031Q1'")

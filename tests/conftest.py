@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+AUTOTUNE = str(Path(sys.executable).with_name("autotune"))
+# An admin URL on the machine's PostgreSQL; each test gets a database of its own.
+PG_ADMIN_URL = os.environ.get("AUTOTUNE_TEST_POSTGRES_URL",
+                              "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([AUTOTUNE, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})}, cwd=cwd)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'autotune.db'}"
+
+
+@pytest.fixture
+def migrated_sqlite(sqlite_url: str) -> str:
+    from autotune.storage.db import upgrade
+
+    upgrade(sqlite_url)
+    return sqlite_url
+
+
+def _pg_connect():  # type: ignore[no-untyped-def]
+    import psycopg
+
+    return psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5)
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh, empty database on the real PostgreSQL server, dropped afterwards."""
+    import psycopg
+
+    try:
+        admin = _pg_connect()
+    except psycopg.OperationalError as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"PostgreSQL not reachable at {PG_ADMIN_URL}: {exc}")
+    name = f"autotune_test_{uuid.uuid4().hex[:12]}"
+    admin.execute(f'CREATE DATABASE "{name}"')
+    base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
+    try:
+        yield f"{base}/{name}"
+    finally:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
