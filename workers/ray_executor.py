@@ -9,6 +9,7 @@ On a machine without GPUs (the simulator, a laptop) a local Ray is started with 
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import ray
@@ -53,7 +54,7 @@ class RayExecutor(Executor):
             if self.address:
                 kwargs["address"] = self.address
             else:
-                kwargs["num_cpus"] = self.num_cpus or 2
+                kwargs["num_cpus"] = self.num_cpus or os.cpu_count() or 1
                 if self.logical_gpus:
                     kwargs["num_gpus"] = slots * gpus_per_trial
             ray.init(**kwargs)

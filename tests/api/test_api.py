@@ -1,0 +1,80 @@
+"""The API in-process, over a database that holds a real (small) campaign."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from autotune.deployment import DEMO
+from autotune.engine_config import EngineConfig
+from autotune.executors import InlineExecutor
+from autotune.publish import publish_campaign
+from autotune.settings import Settings
+from autotune.slo import parse_slo
+from autotune.storage.db import open_database, session_scope, upgrade
+from autotune.study import CampaignRequest, StudyController
+from autotune.traffic.trace import DEMO_TRACE, load_trace
+
+
+@pytest.fixture(scope="module")
+def db_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    url = f"sqlite:///{tmp_path_factory.mktemp('api') / 'a.db'}"
+    upgrade(url)
+    engine = open_database(url)
+    request = CampaignRequest(deployment=DEMO, campaign="2026Q4", slo=parse_slo("ttft_p99<=2s"),
+                              trace=load_trace(DEMO_TRACE), trace_ref=str(DEMO_TRACE),
+                              max_trials=4)
+    StudyController(engine, url, request, InlineExecutor()).run()
+    engine.dispose()
+    return url
+
+
+@pytest.fixture
+def client(db_url: str) -> Iterator[TestClient]:
+    with TestClient(create_app(Settings(database_url=db_url))) as c:
+        yield c
+
+
+def test_health(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {"status": "ok", "detail": None}
+    ready = client.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["status"] == "ok"
+
+
+def test_config_before_and_after_publication(client: TestClient, db_url: str) -> None:
+    missing = client.get("/v1/deployments/demo/config")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["type"] == "NotFoundError"
+    assert "autotune publish" in missing.json()["error"]["message"]
+
+    engine = open_database(db_url)
+    with session_scope(engine) as s:
+        pub = publish_campaign(s, "2026Q4", deployment="demo", trial_number=None,
+                               period_label=None, published_by="test", note="first")
+        best_config, best_number = dict(pub.engine_config), pub.trial.number
+    engine.dispose()
+
+    body = client.get("/v1/deployments/demo/config").json()
+    assert body["engine_args"] == best_config and body["trial"] == best_number
+    assert body["cli_args"] == EngineConfig(**best_config).to_cli_args()
+    assert body["period"] == "2026Q4" and body["note"] == "first"
+    history = client.get("/v1/deployments/demo/history").json()
+    assert [h["trial"] for h in history["publications"]] == [best_number]
+
+
+def test_unknown_deployment_is_one_json_error(client: TestClient) -> None:
+    r = client.get("/v1/deployments/nope/config")
+    assert r.status_code == 404 and set(r.json()) == {"error"}
+    assert client.get("/v1/nothing").json()["error"]["type"] == "HTTPError"
+
+
+def test_readyz_fails_on_an_unmigrated_database(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    sa.create_engine(url).connect().close()
+    with TestClient(create_app(Settings(database_url=url))) as c:
+        r = c.get("/readyz")
+    assert r.status_code == 503 and "autotune db upgrade" in r.json()["detail"]
