@@ -37,7 +37,7 @@ tune: install
 	$(BIN)/autotune db upgrade
 	$(BIN)/autotune tune --deployment demo --campaign demo
 
-test: dev engine-venv
+test: dev engine-venv lint
 	AUTOTUNE_ENGINE_PYTHON=$(CURDIR)/$(ENGINE_VENV)/bin/python $(BIN)/pytest
 
 lint: dev

@@ -23,6 +23,7 @@ import time
 import traceback
 from abc import ABC, abstractmethod
 from importlib.metadata import entry_points
+from typing import Any
 
 from autotune.backends import load_backend
 from autotune.capacity import run_trial
@@ -59,8 +60,8 @@ def _worker_info() -> dict[str, object]:
 
 def execute_trial(spec: TrialSpec) -> TrialOutcome:
     """Run one trial where this is called (in-process or inside a worker); never raises."""
-    started = time.time()
-    where = {"started_at_epoch_s": started, "worker": _worker_info()}
+    started, worker = time.time(), _worker_info()
+    where: dict[str, Any] = {"started_at_epoch_s": started, "worker": worker}
     t0 = time.monotonic()
     try:
         return run_trial(spec, load_backend(spec.backend)).model_copy(update=where)
@@ -71,7 +72,8 @@ def execute_trial(spec: TrialSpec) -> TrialOutcome:
                             capacity_rate_scale=0.0, at_capacity=None, at_recorded_rate=None,
                             failure_class="worker_error",
                             failure_message=f"{type(exc).__name__}: {exc}",
-                            measure_s=time.monotonic() - t0, **where)
+                            measure_s=time.monotonic() - t0, started_at_epoch_s=started,
+                            worker=worker)
 
 
 class InlineExecutor(Executor):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from autotune.records import LatencySummary, ReplayResult, percentile_ms
@@ -47,7 +49,8 @@ def slo_violations(summary: LatencySummary, slo: SLO, max_error_rate: float = 0.
     out = {}
     for c in slo.ceilings:
         measured = values[c.key]
-        out[c.key] = (measured - c.limit_ms) / c.limit_ms if measured == measured else 1.0
+        # No measurement (every request failed) counts as fully over the ceiling.
+        out[c.key] = 1.0 if math.isnan(measured) else (measured - c.limit_ms) / c.limit_ms
     out["error_rate"] = summary.error_rate - max_error_rate
     return out
 

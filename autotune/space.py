@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from search_spaces import Rule, SearchSpace, SpaceError, builtin_space_path, load_space_file
-
 from autotune.baselines import effective_values
 from autotune.deployment import RULE_CONTEXT_NAMES, DeploymentSpec
 from autotune.engine_config import REMOVED_ARGS, EngineConfig
 from autotune.errors import SearchSpaceError
+from search_spaces import Rule, SearchSpace, SpaceError, builtin_space_path, load_space_file
 
 
 def load_search_space(name_or_path: str) -> SearchSpace:

@@ -167,14 +167,23 @@ class StudyController:
     def run(self) -> int:
         """Run the campaign to its budget; returns the campaign id."""
         r = self.request
-        campaign_id = self._create_campaign()
+        if r.study_name in optuna.study.get_all_study_names(self.storage):
+            raise ConfigError(f"an Optuna study named {r.study_name!r} already exists in this "
+                              "database; choose another --campaign name")
         t0 = self.clock()
+        # Acquire workers before writing anything: an unreachable cluster leaves no trace.
         self.executor.open(r.parallel, r.deployment.tensor_parallel_size)
-        study = self._create_study()
+        try:
+            campaign_id = self._create_campaign()
+            study = self._create_study()
+        except BaseException:
+            self.executor.close()
+            raise
         self.observer.on_start(r)
         in_flight: dict[int, _InFlight] = {}
         submitted = asks = 0
-        status, message = "failed", "interrupted"
+        status = "failed"
+        message: str | None = "interrupted"
         try:
             while True:
                 while (len(in_flight) < self.executor.slots and submitted < r.max_trials
@@ -273,8 +282,7 @@ class StudyController:
                 trial.set_user_attr(key, getattr(outcome.at_capacity, key))
         study.tell(trial, outcome.capacity_output_tok_s if feasible else 0.0)
         if outcome.at_recorded_rate is not None:
-            key = tuple(sorted(job.config.explicit().items()))
-            self._seen.setdefault(key, outcome)
+            self._seen.setdefault(tuple(sorted(job.config.explicit().items())), outcome)
         state = "measured" if outcome.at_recorded_rate is not None else "failed"
         log.info("%s trial %d (%s): %s, capacity %.0f output tok/s%s", self.request.study_name,
                  trial.number, job.role, state, outcome.capacity_output_tok_s,

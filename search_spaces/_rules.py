@@ -73,7 +73,7 @@ def _evaluate(node: ast.AST, values: Mapping[str, Any]) -> Any:
         return _BINARY[type(node.op)](_evaluate(node.left, values), _evaluate(node.right, values))
     if isinstance(node, ast.Compare):
         left = _evaluate(node.left, values)
-        for op, comparator in zip(node.ops, node.comparators):
+        for op, comparator in zip(node.ops, node.comparators, strict=True):
             right = _evaluate(comparator, values)
             if not _COMPARE[type(op)](left, right):
                 return False

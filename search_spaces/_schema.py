@@ -66,7 +66,7 @@ class Param:
         if self.type == "categorical":
             return self.choices
         step = self.step or 1
-        count = int(round((float(self.high) - float(self.low)) / step)) + 1  # type: ignore[arg-type]
+        count = round((float(self.high) - float(self.low)) / step) + 1  # type: ignore[arg-type]
         values = [float(self.low) + i * step for i in range(count)]  # type: ignore[arg-type]
         return tuple(int(v) if self.type == "int" else round(v, 6) for v in values)
 

@@ -16,7 +16,6 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from autotune.storage.models import Trial
-
 from tests.conftest import AUTOTUNE, run_cli
 
 pytestmark = pytest.mark.integration

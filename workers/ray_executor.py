@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from typing import Any
 
 import ray
 from ray.exceptions import RayActorError, RayError
 
+from autotune.errors import ConfigError
 from autotune.executors import Executor, execute_trial
 from autotune.records import TrialOutcome, TrialSpec
 
@@ -35,6 +37,23 @@ def _infra_failure(spec: TrialSpec, message: str) -> TrialOutcome:
                         failure_class="infrastructure", failure_message=message)
 
 
+def _probe(address: str) -> None:
+    """Fail fast on an unreachable cluster: ray.init itself retries for minutes."""
+    if address == "auto":
+        return
+    hostport = address.removeprefix("ray://")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"cannot read Ray address {address!r}; use host:port, ray://host:port "
+                          "or auto")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as exc:
+        raise ConfigError(f"cannot reach the Ray cluster at {address} ({exc.strerror or exc}); "
+                          "check --ray-address / AUTOTUNE_RAY_ADDRESS and that the head is up"
+                          ) from None
+
+
 class RayExecutor(Executor):
     name = "ray"
 
@@ -52,12 +71,21 @@ class RayExecutor(Executor):
                                       "logging_level": logging.WARNING,
                                       "configure_logging": True}
             if self.address:
+                _probe(self.address)
                 kwargs["address"] = self.address
             else:
+                # A local Ray stays on loopback rather than the machine's network address.
+                kwargs["_node_ip_address"] = "127.0.0.1"
                 kwargs["num_cpus"] = self.num_cpus or os.cpu_count() or 1
                 if self.logical_gpus:
                     kwargs["num_gpus"] = slots * gpus_per_trial
-            ray.init(**kwargs)
+            try:
+                ray.init(**kwargs)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                where = self.address or "a local Ray"
+                raise ConfigError(f"cannot start or join Ray ({where}): "
+                                  f"{str(exc).strip().splitlines()[0]}; check --ray-address / "
+                                  "AUTOTUNE_RAY_ADDRESS") from None
             self._started_ray = True
         gpus = int(ray.cluster_resources().get("GPU", 0))
         # Never more trials in flight than the cluster has GPU groups for.

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter
 
 from api.deps import SessionDep
@@ -8,7 +10,7 @@ from autotune.publish import config_document
 from autotune.storage import repo
 
 router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
-_NOT_FOUND = {404: {"model": ErrorResponse}}
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorResponse}}
 
 
 @router.get("/{name}/config", response_model=ConfigResponse, responses=_NOT_FOUND)

@@ -121,7 +121,9 @@ def tune(
     loaded = load_trace(trace_path)
     exec_options: dict[str, object] = {}
     if executor == "ray":
-        exec_options = {"address": ray_address or settings.ray_address}
+        # Logical GPUs only stand in for real ones when no real engine needs them.
+        exec_options = {"address": ray_address or settings.ray_address,
+                        "logical_gpus": backend == "sim"}
     runner = load_executor(executor, **exec_options)
     from autotune.backends import available_backends
 

@@ -41,7 +41,7 @@ def trial_table(records: list[TrialRecord], title: str, limit: int | None = None
         table.add_row(str(r.number), r.role, state,
                       f"{r.capacity_output_tok_s:,.0f}" if r.feasible else "-",
                       _ms(lat.get("ttft_p99_ms")), _ms(lat.get("tpot_p99_ms")),
-                      *(_arg(r.config.get(n)) for n in TUNED), style=style if r.feasible else style)
+                      *(_arg(r.config.get(n)) for n in TUNED), style=style)
     return table
 
 

@@ -68,7 +68,10 @@ def load_trace(path: str | Path) -> Trace:
     if not path.is_file():
         raise TraceError(f"trace file {path} does not exist; pass --trace with a trace file "
                          f"(the bundled demo trace is {DEMO_TRACE})")
-    arrival, prompt, output, hashes = [], [], [], []
+    arrival: list[float] = []
+    prompt: list[int] = []
+    output: list[int] = []
+    hashes: list[tuple[int, ...]] = []
     block_tokens = 0
     with path.open() as f:
         for row, line in enumerate(f, start=1):

@@ -57,7 +57,7 @@ def _configs() -> list[EngineConfig]:
             configs.append(base.merged(**{p.name: value}))
     bools = [p.name for p in space.params if p.type == "bool"]
     for combo in itertools.product((True, False), repeat=len(bools)):
-        configs.append(base.merged(**dict(zip(bools, combo))))
+        configs.append(base.merged(**dict(zip(bools, combo, strict=True))))
     return configs
 
 
@@ -76,7 +76,7 @@ def test_vllm_parser_accepts_every_config_as_cli_and_yaml(tmp_path: Path) -> Non
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
     results = json.loads(line.removeprefix("RESULT "))
-    for config, parsed in zip(configs, results):
+    for config, parsed in zip(configs, results, strict=True):
         expected = config.explicit()
         assert parsed["cli"] == expected, config.to_cli_args()
         assert parsed["yaml"] == expected, config.to_yaml()

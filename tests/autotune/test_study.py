@@ -5,13 +5,13 @@ from __future__ import annotations
 import optuna
 import pytest
 
+from autotune.deployment import DEMO
 from autotune.executors import InlineExecutor
 from autotune.slo import parse_slo
 from autotune.storage import repo
 from autotune.storage.db import open_database, session_scope
 from autotune.storage.models import Campaign
 from autotune.study import CampaignRequest, StudyController
-from autotune.deployment import DEMO
 from autotune.traffic.trace import DEMO_TRACE, load_trace
 
 

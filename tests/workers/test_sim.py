@@ -105,3 +105,17 @@ def test_start_failures_are_classified(dep: DeploymentSpec, overrides: dict,
     with pytest.raises(EngineStartError) as info:
         backend.start(guide_heuristic(dep).merged(**overrides), dep)
     assert info.value.failure_class == failure_class
+
+
+@pytest.mark.parametrize("scale", [1, 16, 64])
+def test_skipping_decode_runs_matches_stepping(demo_trace: Trace, scale: float) -> None:
+    config = guide_heuristic(DEMO).merged(max_num_seqs=256, max_num_batched_tokens=4096)
+    results = []
+    for skip in (True, False):
+        backend = SimulatorBackend(skip_decode_runs=skip)
+        backend.start(config, DEMO)
+        results.append(summarize(backend.replay(demo_trace, scale, 0)).model_dump())
+    fast, slow = results
+    for key, value in slow.items():
+        if isinstance(value, float):
+            assert fast[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key

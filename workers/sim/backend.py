@@ -34,8 +34,9 @@ class SimulatorBackend(EngineBackend):
 
     name = "sim"
 
-    def __init__(self) -> None:
+    def __init__(self, skip_decode_runs: bool = True) -> None:
         self._perf: PerfModel | None = None
+        self.skip_decode_runs = skip_decode_runs
 
     def start(self, config: EngineConfig, deployment: DeploymentSpec) -> None:
         values = effective_values(config, deployment)
@@ -55,7 +56,8 @@ class SimulatorBackend(EngineBackend):
         horizon = float(arrivals[-1]) + max(600.0, 4 * float(arrivals[-1]))
         rng = np.random.default_rng(seed)
         return simulate(self._perf, arrivals, trace.prompt_tokens, trace.output_tokens,
-                        trace.hash_ids, trace.hash_block_tokens, rng, horizon)
+                        trace.hash_ids, trace.hash_block_tokens, rng, horizon,
+                        skip_decode_runs=self.skip_decode_runs)
 
     def stop(self) -> None:
         self._perf = None

@@ -20,6 +20,8 @@ import numpy as np
 from autotune.records import ReplayResult
 from workers.sim.perf import PerfModel
 
+MIN_RUN = 8  # decode runs shorter than this are stepped through
+
 
 class _Req:
     __slots__ = ("i", "arrival", "prompt", "target", "hashes", "generated", "computed",
@@ -40,7 +42,9 @@ class _Req:
 def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
              output_tokens: np.ndarray, hash_ids: tuple[tuple[int, ...], ...],
              hash_block_tokens: int, rng: np.random.Generator,
-             horizon_s: float) -> ReplayResult:
+             horizon_s: float, skip_decode_runs: bool = True) -> ReplayResult:
+    """Replay arrivals against the modelled engine. skip_decode_runs=False steps one engine
+    step at a time (the reference the fast path is benchmarked and tested against)."""
     s = perf.shape
     bs, budget_max, max_seqs = s.block_size, s.max_num_batched_tokens, s.max_num_seqs
     chunked, caching = s.enable_chunked_prefill, s.enable_prefix_caching
@@ -85,7 +89,7 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
         budget = budget_max
         scheduled: list[tuple[_Req, int]] = []
         preempted = False
-        for r in list(running):
+        for r in list(running):  # a copy: preemption removes from `running` as we go
             if not r.running or budget <= 0:
                 continue
             need = min(r.prefill_len - r.computed, budget) if r.computed < r.prefill_len else 1
@@ -168,19 +172,21 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
         if any_done:
             running = [r for r in running if r.running]
         # Advance a run of decode-only steps in one go when nothing can change it.
-        if prefill or not running or any(r.computed < r.prefill_len for r in running):
+        if (not skip_decode_runs or prefill or not running
+                or any(r.computed < r.prefill_len for r in running)):
             continue
         can_admit = len(running) < max_seqs and (waiting or nxt < n)
         if waiting and can_admit:
             continue
-        ctx = np.fromiter((r.computed for r in running), dtype=np.int64, count=len(running))
-        held = np.fromiter((r.blocks for r in running), dtype=np.int64, count=len(running))
         rem = min(r.target - r.generated for r in running)
         k = rem - 1  # stop one step before the first completion; a plain step handles it
-        if k < 2:
+        # Cheap checks first: a short run costs more to set up than to step through.
+        if k < MIN_RUN or (can_admit and nxt < n and reqs[nxt].arrival - clock < MIN_RUN * dt):
             continue
+        ctx = np.fromiter((r.computed for r in running), dtype=np.int64, count=len(running))
+        held = np.fromiter((r.blocks for r in running), dtype=np.int64, count=len(running))
 
-        def blocks_needed(steps: int) -> int:
+        def blocks_needed(steps: int, ctx: np.ndarray = ctx, held: np.ndarray = held) -> int:
             return int((-(-(ctx + steps) // bs) - held).clip(min=0).sum())
 
         if blocks_needed(k) > free:  # memory runs out inside the run: stop where it still fits
@@ -189,16 +195,20 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
                 mid = (lo + hi + 1) // 2
                 lo, hi = (mid, hi) if blocks_needed(mid) <= free else (lo, mid - 1)
             k = lo
-            if k < 2:
+            if k < MIN_RUN:
                 continue
         j = np.arange(k)
         m = len(running)
-        times = np.asarray(perf.step_s(m, 0, 0.0, ctx.sum() + m * (j + 1.0),
-                                       held.sum() + m * (j + 1.0) / bs), dtype=float) * noise
+        # Step j reads the KV of ctx + j tokens per sequence, in ceil((ctx + j + 1) / bs) blocks
+        # (its new token's block is allocated before the step runs).
+        residues, counts = np.unique(ctx % bs, return_counts=True)
+        blocks = int((ctx // bs).sum()) + m + ((residues[None, :] + j[:, None]) // bs) @ counts
+        times = np.asarray(perf.step_s(m, 0, 0.0, float(ctx.sum()) + m * j.astype(float),
+                                       blocks.astype(float)), dtype=float) * noise
         ends = clock + np.cumsum(times)
         if can_admit and nxt < n:
             k = int(np.searchsorted(ends, reqs[nxt].arrival, side="left"))
-            if k < 2:
+            if k < 2:  # the arrival comes sooner than the last step suggested
                 continue
             times, ends = times[:k], ends[:k]
         if ends[-1] > horizon_s:
