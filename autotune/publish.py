@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -10,6 +12,20 @@ from autotune.engine_config import EngineConfig
 from autotune.errors import ConfigError, NotFoundError
 from autotune.storage import repo
 from autotune.storage.models import Publication
+
+
+def quarter_label(when: datetime) -> str:
+    return f"{when.year}Q{(when.month - 1) // 3 + 1}"
+
+
+def default_period(campaign_name: str, when: datetime) -> str:
+    """The campaign's name when it is a quarter label (2026Q4), else the quarter of `when`."""
+    return campaign_name if re.fullmatch(r"\d{4}Q[1-4]", campaign_name) else quarter_label(when)
+
+
+def _utc(when: datetime) -> datetime:
+    # SQLite hands back naive datetimes; everything autotune stores is UTC.
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def publish_campaign(session: Session, campaign_name: str, *, deployment: str | None,
@@ -32,7 +48,8 @@ def publish_campaign(session: Session, campaign_name: str, *, deployment: str | 
         if not trial.feasible:
             raise ConfigError(f"trial {trial_number} of campaign {campaign.name!r} is not "
                               "feasible (it broke the SLO, a rule, or failed); pick another")
-    return repo.publish(session, campaign, trial, period_label=period_label or campaign.name,
+    period = period_label or default_period(campaign.name, repo.now())
+    return repo.publish(session, campaign, trial, period_label=period,
                         published_by=published_by, note=note)
 
 
@@ -44,7 +61,7 @@ def config_document(pub: Publication) -> dict[str, Any]:
         "period": pub.period_label,
         "campaign": pub.campaign.name,
         "trial": pub.trial.number,
-        "published_at": pub.published_at.isoformat(),
+        "published_at": _utc(pub.published_at).isoformat(),
         "published_by": pub.published_by,
         "note": pub.note,
         "capacity_output_tok_s": pub.trial.capacity_output_tok_s,

@@ -94,8 +94,9 @@ def comparison_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
     line("trial", lambda r: str(r["number"]))
     line("capacity (output tok/s)", lambda r: f"{r['capacity']:,.0f}" if r["feasible"] else
          f"- ({r['failure'] or 'slo miss'})")
-    line("winner's gain", lambda r: (f"{(best / r['capacity'] - 1) * 100:+.1f}%"
-                                     if r["feasible"] and r["capacity"] else "-"))
+    line("winner's gain over it", lambda r: (
+        "-" if r is rows[0][1] else f"{(best / r['capacity'] - 1) * 100:+.1f}%"
+        if r["feasible"] and r["capacity"] else "-"))
     for key, label in (("ttft_p99_ms", "TTFT p99 (ms)"), ("tpot_p99_ms", "TPOT p99 (ms)"),
                        ("itl_p99_ms", "ITL p99 (ms)"), ("e2e_p99_ms", "E2E p99 (ms)")):
         line(label, lambda r, k=key: _ms((r["latency"] or {}).get(k)))

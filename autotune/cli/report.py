@@ -3,6 +3,10 @@ what to run next."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -48,9 +52,18 @@ def print_campaign_result(console: Console, campaign: Campaign, url: str) -> Non
     console.print("Winner's engine arguments:")
     console.print("  " + " ".join(EngineConfig(**best.engine_config).to_cli_args()),
                   soft_wrap=True)
-    dep = campaign.deployment.name
+    dep, exe = campaign.deployment.name, _executable()
     console.print("\nNext:")
-    console.print(f"  autotune publish --campaign {campaign.name} --deployment {dep}")
-    console.print("  autotune api --port 8787")
+    console.print(f"  {exe} publish --campaign {campaign.name} --deployment {dep}")
+    console.print(f"  {exe} api --port 8787")
     console.print(f"  curl localhost:8787/v1/deployments/{dep}/config")
-    console.print("  autotune dashboard --port 8080", soft_wrap=True)
+    console.print(f"  {exe} dashboard --port 8080", soft_wrap=True)
+
+
+def _executable() -> str:
+    """How to call autotune from here: plain `autotune` when it is on PATH."""
+    here = Path(sys.argv[0])
+    on_path = shutil.which("autotune")
+    if here.name == "autotune" and (not on_path or Path(on_path).resolve() != here.resolve()):
+        return os.path.relpath(here)
+    return "autotune"

@@ -78,3 +78,13 @@ def test_readyz_fails_on_an_unmigrated_database(tmp_path) -> None:  # type: igno
     with TestClient(create_app(Settings(database_url=url))) as c:
         r = c.get("/readyz")
     assert r.status_code == 503 and "autotune db upgrade" in r.json()["detail"]
+
+
+def test_period_label_defaults() -> None:
+    from datetime import UTC, datetime
+
+    from autotune.publish import default_period
+
+    assert default_period("2026Q4", datetime(2027, 1, 3, tzinfo=UTC)) == "2026Q4"
+    assert default_period("demo", datetime(2027, 1, 3, tzinfo=UTC)) == "2027Q1"
+    assert default_period("demo", datetime(2026, 12, 31, tzinfo=UTC)) == "2026Q4"
