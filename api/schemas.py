@@ -16,22 +16,6 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
-class ConfigResponse(BaseModel):
-    deployment: str
-    period: str
-    campaign: str
-    trial: int
-    published_at: str
-    published_by: str
-    note: str | None
-    capacity_output_tok_s: float
-    slo: dict[str, float]
-    model: str
-    engine_args: dict[str, Any]
-    cli_args: list[str]
-    yaml: str
-
-
 class HistoryEntry(BaseModel):
     period: str
     campaign: str
@@ -41,6 +25,14 @@ class HistoryEntry(BaseModel):
     note: str | None
     capacity_output_tok_s: float
     engine_args: dict[str, Any]
+
+
+class ConfigResponse(HistoryEntry):
+    deployment: str
+    slo: dict[str, float]
+    model: str
+    cli_args: list[str]
+    yaml: str
 
 
 class HistoryResponse(BaseModel):

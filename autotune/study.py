@@ -73,6 +73,7 @@ class TrialRecord:
     failure_class: str | None = None
     failure_message: str | None = None
     constraints: dict[str, float] = field(default_factory=dict)
+    repeat_of: int | None = None
 
 
 class Observer:
@@ -89,6 +90,7 @@ class _InFlight:
     role: str
     config: EngineConfig
     slow_rules: list[str]
+    repeat_of: int | None = None
 
 
 def _finite(value: Any) -> Any:
@@ -226,9 +228,10 @@ class StudyController:
             return None
         key = tuple(sorted(config.explicit().items()))
         if key in self._seen:  # the sampler repeated a config: reuse its measurement
-            trial.set_user_attr("repeat_of", self._seen[key].trial_number)
+            first = self._seen[key].trial_number
+            trial.set_user_attr("repeat_of", first)
             outcome = self._seen[key].model_copy(update={"trial_number": trial.number})
-            self._finish(study, campaign_id, _InFlight(trial, role, config, []), outcome)
+            self._finish(study, campaign_id, _InFlight(trial, role, config, [], first), outcome)
             return None
         spec = TrialSpec(study_name=self.request.study_name, trial_number=trial.number,
                          config=config, deployment=dep, trace=self.request.trace,
@@ -293,8 +296,8 @@ class StudyController:
             capacity_output_tok_s=outcome.capacity_output_tok_s if feasible else 0.0,
             config=job.config.explicit(), latency=latency.model_dump() if latency else None,
             failure_class=outcome.failure_class, failure_message=outcome.failure_message,
-            constraints=constraints), capacity_rate_scale=outcome.capacity_rate_scale,
-            outcome=outcome)
+            constraints=constraints, repeat_of=job.repeat_of),
+            capacity_rate_scale=outcome.capacity_rate_scale, outcome=outcome)
 
     def _store(self, campaign_id: int, record: TrialRecord, *, capacity_rate_scale: float,
                outcome: TrialOutcome | None = None) -> None:
@@ -315,6 +318,6 @@ class StudyController:
                 measure_s=outcome.measure_s if outcome else 0.0,
                 started_at=(datetime.fromtimestamp(outcome.started_at_epoch_s, UTC)
                             if outcome and outcome.started_at_epoch_s else None),
-                worker=outcome.worker if outcome else {})
+                worker=outcome.worker if outcome else {}, repeat_of=record.repeat_of)
         self.records.append(record)
         self.observer.on_trial(record)

@@ -84,6 +84,8 @@ class Trial(Base):
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     worker: Mapped[dict[str, Any]] = mapped_column(JSON)  # host, pid, GPUs it was given
+    # The sampler proposed a config already measured: its result is reused, no engine started.
+    repeat_of: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     campaign: Mapped[Campaign] = relationship(back_populates="trials")
 

@@ -86,3 +86,13 @@ def test_measured_trials_carry_latency_and_where_they_ran(finished: tuple[str, i
         if t.feasible:
             assert t.capacity_rate_scale >= 1.0
             assert t.latency["ttft_p99_ms"] <= 2000 and t.latency["tpot_p99_ms"] <= 50
+
+
+def test_repeated_configs_reuse_the_measurement(finished: tuple[str, int]) -> None:
+    c = _campaign(*finished)
+    by_number = {t.number: t for t in c.trials}
+    for t in c.trials:
+        if t.repeat_of is not None:
+            first = by_number[t.repeat_of]
+            assert t.engine_config == first.engine_config
+            assert t.capacity_output_tok_s == first.capacity_output_tok_s
