@@ -5,13 +5,17 @@ live outside the core (the `workers` package, or a third party) and are found by
 the `autotune.backends` entry-point group.
 
 Contract:
-- `__init__` takes no live resources, so a backend object stays picklable (Ray ships it).
-- `start(config, deployment)` brings the engine up; it raises EngineStartError with a
-  failure_class ("oom", "invalid_args", "start_timeout", "start_failed") if it cannot.
+- `__init__(**options)` takes plain-data options (TrialSpec.backend_options) and no live
+  resources, so a backend object stays picklable (Ray ships it).
+- `start(config, deployment, label=...)` brings the engine up (`label` names it in logs and
+  files: study and trial); it raises EngineStartError with a failure_class ("oom",
+  "invalid_args", "start_timeout", "start_failed") if it cannot.
+- `warmup(trace, seed)` may send a little traffic before measuring (default: nothing).
 - `replay(trace, rate_scale, seed)` replays the trace with arrivals compressed by rate_scale
   (2.0 = twice the recorded rate) and returns a ReplayResult; it never raises for a request
   that failed, it records it.
 - `stop()` releases everything; it is safe to call twice or after a failed start.
+- An engine that dies during a replay raises ReplayError.
 """
 
 from __future__ import annotations
@@ -29,7 +33,11 @@ class EngineBackend(ABC):
     name: str = ""
 
     @abstractmethod
-    def start(self, config: EngineConfig, deployment: DeploymentSpec) -> None: ...
+    def start(self, config: EngineConfig, deployment: DeploymentSpec, *,
+              label: str = "engine") -> None: ...
+
+    def warmup(self, trace: object, seed: int) -> None:
+        return None
 
     @abstractmethod
     def replay(self, trace: object, rate_scale: float, seed: int) -> ReplayResult: ...
@@ -46,9 +54,9 @@ def available_backends() -> list[str]:
     return sorted(_group("autotune.backends"))
 
 
-def load_backend(name: str) -> EngineBackend:
+def load_backend(name: str, **options: object) -> EngineBackend:
     eps = _group("autotune.backends")
     if name not in eps:
         raise ConfigError(f"unknown backend {name!r}; available: {', '.join(sorted(eps))}")
     cls = eps[name].load()  # type: ignore[attr-defined]
-    return cls()  # type: ignore[no-any-return]
+    return cls(**options)  # type: ignore[no-any-return]

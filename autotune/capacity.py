@@ -11,7 +11,7 @@ import logging
 import time
 
 from autotune.backends import EngineBackend
-from autotune.errors import EngineStartError
+from autotune.errors import EngineStartError, ReplayError
 from autotune.metrics import meets, summarize
 from autotune.records import LatencySummary, TrialOutcome, TrialSpec
 
@@ -20,8 +20,10 @@ log = logging.getLogger("autotune.capacity")
 
 def run_trial(spec: TrialSpec, backend: EngineBackend) -> TrialOutcome:
     t0 = time.monotonic()
+    label = f"{spec.study_name}-trial{spec.trial_number}"
     try:
-        backend.start(spec.config, spec.deployment)
+        backend.start(spec.config, spec.deployment, label=label)
+        backend.warmup(spec.trace, spec.seed)
     except EngineStartError as exc:
         log.info("%s trial %d: engine failed to start (%s): %s", spec.study_name,
                  spec.trial_number, exc.failure_class, exc)
@@ -33,6 +35,12 @@ def run_trial(spec: TrialSpec, backend: EngineBackend) -> TrialOutcome:
     t1 = time.monotonic()
     try:
         return _search(spec, backend, start_s=t1 - t0, t1=t1)
+    except ReplayError as exc:  # the engine died under load: not a config to publish
+        log.info("%s trial %d: %s", spec.study_name, spec.trial_number, exc)
+        return TrialOutcome(trial_number=spec.trial_number, capacity_output_tok_s=0.0,
+                            capacity_rate_scale=0.0, at_capacity=None, at_recorded_rate=None,
+                            failure_class="engine_crash", failure_message=str(exc),
+                            start_s=t1 - t0, measure_s=time.monotonic() - t1)
     finally:
         backend.stop()
 

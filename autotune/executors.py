@@ -64,7 +64,8 @@ def execute_trial(spec: TrialSpec) -> TrialOutcome:
     where: dict[str, Any] = {"started_at_epoch_s": started, "worker": worker}
     t0 = time.monotonic()
     try:
-        return run_trial(spec, load_backend(spec.backend)).model_copy(update=where)
+        return run_trial(spec, load_backend(spec.backend, **spec.backend_options)).model_copy(
+            update=where)
     except Exception as exc:  # a bug in a backend must cost one trial, not the campaign
         log.error("%s trial %d crashed in the worker: %s", spec.study_name, spec.trial_number,
                   traceback.format_exc())

@@ -36,6 +36,8 @@ def summarize(result: ReplayResult) -> LatencySummary:
         output_tok_s=float(out.sum() / duration),
         request_s=float(ok.sum() / duration),
         engine_stats=dict(result.engine_stats),
+        send_lag_p99_ms=(percentile_ms(result.send_lag_s, 99.0)
+                         if result.send_lag_s is not None else None),
         **fields,
     )
 

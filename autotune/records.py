@@ -26,6 +26,8 @@ class ReplayResult:
     itl_weight: np.ndarray  # how many gaps each itl_s value stands for (1 for real replays)
     wall_s: float  # from the first intended send to the last completion
     engine_stats: dict[str, float] = field(default_factory=dict)  # e.g. preemptions
+    # Real replays: how late each request left the client (the simulator has none).
+    send_lag_s: np.ndarray | None = None
 
 
 class LatencySummary(BaseModel):
@@ -55,6 +57,7 @@ class LatencySummary(BaseModel):
     e2e_p90_ms: float
     e2e_p99_ms: float
     e2e_p99_9_ms: float
+    send_lag_p99_ms: float | None = None
     engine_stats: dict[str, float] = {}
 
 
@@ -85,7 +88,8 @@ class TrialSpec:
     slo: Any  # autotune.slo.SLO
     backend: str
     seed: int = 0
-    search: CapacitySearch = CapacitySearch()
+    search: CapacitySearch = field(default_factory=CapacitySearch)
+    backend_options: dict[str, Any] = field(default_factory=dict)  # plain data for the backend
 
     @property
     def gpus(self) -> int:

@@ -13,6 +13,25 @@ class ApiSettings(BaseModel):
     token: str | None = None
 
 
+class EngineSettings(BaseModel):
+    """How real engines are started (the `vllm` backend)."""
+
+    # The interpreter whose `-m vllm.entrypoints.openai.api_server` starts a server; None: this
+    # one. vLLM often lives in its own venv or image, so it need not share the tuner's pins.
+    python: str | None = None
+    # Or a whole command (e.g. ["vllm", "serve"] or a container run); wins over `python`.
+    command: list[str] | None = None
+    startup_timeout_s: float = 900.0
+    log_dir: str = "runs/engine-logs"
+
+    def server_command(self) -> list[str] | None:
+        if self.command:
+            return list(self.command)
+        if self.python:
+            return [self.python, "-m", "vllm.entrypoints.openai.api_server"]
+        return None
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="AUTOTUNE_", env_nested_delimiter="__", extra="ignore"
@@ -23,6 +42,7 @@ class Settings(BaseSettings):
     # None starts a local Ray; "auto" or "ray://host:10001" joins a cluster.
     ray_address: str | None = None
     api: ApiSettings = ApiSettings()
+    engine: EngineSettings = EngineSettings()
     log_level: str = "WARNING"  # per-trial lines are INFO
 
 

@@ -27,7 +27,7 @@ from autotune.engine_config import EngineConfig
 from autotune.errors import ConfigError
 from autotune.executors import Executor
 from autotune.objective import is_feasible, outcome_constraints, rejected_constraints
-from autotune.records import TrialOutcome, TrialSpec
+from autotune.records import CapacitySearch, TrialOutcome, TrialSpec
 from autotune.slo import SLO
 from autotune.space import load_search_space, violations
 from autotune.storage import repo
@@ -53,6 +53,8 @@ class CampaignRequest:
     search_space: str = "default"
     max_trials: int = 30
     seed: int = 0
+    search: CapacitySearch = field(default_factory=CapacitySearch)
+    backend_options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def study_name(self) -> str:
@@ -236,7 +238,8 @@ class StudyController:
         spec = TrialSpec(study_name=self.request.study_name, trial_number=trial.number,
                          config=config, deployment=dep, trace=self.request.trace,
                          slo=self.request.slo, backend=self.request.backend,
-                         seed=self.request.seed)
+                         seed=self.request.seed, search=self.request.search,
+                         backend_options=self.request.backend_options)
         log.info("%s trial %d (%s): starting %s", spec.study_name, trial.number, role,
                  " ".join(config.to_cli_args()))
         self.executor.submit(spec)

@@ -92,12 +92,20 @@ def tune(
     space: Annotated[str, typer.Option(help="Search space: built-in name or YAML file.")] = "default",
     trials: Annotated[int, typer.Option(help="Trials to measure, baselines included.")] = 30,
     seed: Annotated[int, typer.Option(help="Sampler and replay seed.")] = 0,
+    max_scale: Annotated[float, typer.Option(help="Highest rate multiplier tried.")] = 1024.0,
+    bisect_steps: Annotated[int, typer.Option(help="Bisection steps after the ladder.")] = 3,
+    model_path: Annotated[str | None, typer.Option(
+        help="vllm backend: the model directory or id the engine loads.")] = None,
+    engine_arg: Annotated[list[str] | None, typer.Option(
+        help="vllm backend: an extra server argument, e.g. --engine-arg=--load-format=dummy "
+             "(repeatable).")] = None,
 ) -> None:
     """Run a tuning campaign (defaults: the demo deployment on the simulator)."""
     from autotune.cli.render import LiveTrials
     from autotune.cli.report import print_campaign_result
     from autotune.deployment import DeploymentSpec
     from autotune.executors import load_executor
+    from autotune.records import CapacitySearch
     from autotune.slo import parse_slo
     from autotune.space import load_search_space
     from autotune.storage import repo
@@ -113,6 +121,9 @@ def tune(
         raise ConfigError("--trials must be at least 3 (two baselines and one proposal)")
     if parallel < 1:
         raise ConfigError("--parallel must be at least 1")
+    if max_scale < 1 or bisect_steps < 0:
+        raise ConfigError("--max-scale must be at least 1 and --bisect-steps at least 0")
+    backend_options = _backend_options(backend, settings, model_path, engine_arg or [])
     spec = DeploymentSpec.build(name=deployment, model=model, gpu=gpu, gpu_count=gpus,
                                 tensor_parallel_size=tp or gpus, max_model_len=max_model_len,
                                 traffic_profile=traffic)
@@ -149,7 +160,9 @@ def tune(
     request = CampaignRequest(deployment=spec, campaign=campaign, slo=slo_parsed, trace=loaded,
                               trace_ref=str(Path(trace_path).resolve()), backend=backend,
                               executor=executor, parallel=parallel, search_space=space,
-                              max_trials=trials, seed=seed)
+                              max_trials=trials, seed=seed,
+                              search=CapacitySearch(max_scale=max_scale, bisect_steps=bisect_steps),
+                              backend_options=backend_options)
     live = LiveTrials(console)
     controller = StudyController(engine, url, request, runner, observer=live)
     try:
@@ -162,6 +175,30 @@ def tune(
         result = s.get(Campaign, campaign_id)
         assert result is not None
         print_campaign_result(console, result, url)
+
+
+def _backend_options(backend: str, settings: Any, model_path: str | None,
+                     engine_args: list[str]) -> dict[str, object]:
+    """Plain-data options for the backend, resolved here so every worker starts the same."""
+    if backend != "vllm":
+        if model_path or engine_args:
+            raise ConfigError("--model-path and --engine-arg are for --backend vllm")
+        return {}
+    if not model_path:
+        raise ConfigError("--backend vllm needs --model-path (a local model directory, e.g. one "
+                          "made by `autotune models make-tiny DIR`, or a model id)")
+    if (model_path.startswith((".", "/")) or Path(model_path).exists()) and not (
+            Path(model_path) / "config.json").is_file():
+        raise ConfigError(f"--model-path {model_path} holds no config.json; give a model directory")
+    options: dict[str, object] = {
+        "model_path": str(Path(model_path).resolve()) if Path(model_path).exists() else model_path,
+        "extra_args": [a for arg in engine_args for a in arg.split("=", 1)],
+        "startup_timeout_s": settings.engine.startup_timeout_s,
+        "log_dir": str(Path(settings.engine.log_dir).resolve()),
+    }
+    if settings.engine.server_command():
+        options["command"] = settings.engine.server_command()
+    return options
 
 
 # -- publish / read -----------------------------------------------------------------------------

@@ -38,7 +38,8 @@ class SimulatorBackend(EngineBackend):
         self._perf: PerfModel | None = None
         self.skip_decode_runs = skip_decode_runs
 
-    def start(self, config: EngineConfig, deployment: DeploymentSpec) -> None:
+    def start(self, config: EngineConfig, deployment: DeploymentSpec, *,
+              label: str = "engine") -> None:
         values = effective_values(config, deployment)
         gpu = deployment.gpu_info
         try:

@@ -1,0 +1,107 @@
+"""The open-loop replayer against a small local OpenAI-style streaming server.
+
+The server here is a test fixture with known, controllable timing (a token every `gap` seconds,
+errors on demand), so the replayer's own arithmetic can be checked exactly; the replayer against
+a real vLLM engine is in the integration tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from aiohttp import web
+
+from autotune.metrics import summarize
+from workers.replay import ReplayPlan, run_replay
+
+GAP_S = 0.02
+
+
+async def _completions(request: web.Request) -> web.StreamResponse:
+    body = await request.json()
+    prompt = body["prompt"]
+    if prompt and prompt[0] == 500:
+        return web.Response(status=500, text="boom")
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    await asyncio.sleep(0.1 if prompt and prompt[0] == 100 else 0.0)  # queueing before prefill
+    n = body["max_tokens"]
+    for i in range(n):
+        await asyncio.sleep(GAP_S)
+        if prompt and prompt[0] == 666 and i == 1:  # drop the connection mid-stream
+            request.transport.close()  # type: ignore[union-attr]
+            return resp
+        chunk = {"choices": [{"index": 0, "text": f"t{i}", "finish_reason": None}]}
+        await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+    usage = {"choices": [], "usage": {"prompt_tokens": len(prompt), "completion_tokens": n}}
+    await resp.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
+    return resp
+
+
+@pytest.fixture(scope="module")
+def server_url() -> Iterator[str]:
+    loop = asyncio.new_event_loop()
+    app = web.Application()
+    app.router.add_post("/v1/completions", _completions)
+    runner = web.AppRunner(app)
+    loop.run_until_complete(runner.setup())
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    loop.run_until_complete(site.start())
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{port}"
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=5)
+
+
+def plan(url: str, first_ids: list[int], sched: list[float], tokens: int = 5,
+         drain: float = 10.0) -> ReplayPlan:
+    return ReplayPlan(base_url=url, model="m", scheduled_s=np.array(sched),
+                      prompts=[[i, 1, 2] for i in first_ids],
+                      output_tokens=np.full(len(sched), tokens), drain_timeout_s=drain)
+
+
+def test_latencies_count_from_the_intended_send_time(server_url: str) -> None:
+    result, errors = run_replay(plan(server_url, [1, 100, 1], [0.0, 0.05, 0.3]))
+    assert errors == [] and not result.failed.any()
+    assert (result.output_tokens == 5).all()
+    # Request 1 waited 0.1 s in the server's queue: that is in its TTFT.
+    assert result.ttft_s[0] == pytest.approx(GAP_S, abs=0.015)
+    assert result.ttft_s[1] == pytest.approx(0.1 + GAP_S, abs=0.02)
+    assert result.e2e_s[2] == pytest.approx(5 * GAP_S, abs=0.03)
+    assert np.median(result.itl_s) == pytest.approx(GAP_S, abs=0.01)
+    assert len(result.itl_s) == 3 * 4
+    assert result.send_lag_s is not None and np.nanmax(result.send_lag_s) < 0.02
+
+
+def test_open_loop_sends_on_schedule_regardless_of_replies(server_url: str) -> None:
+    # 40 requests 10 ms apart, each taking ~0.1 s: a closed loop would fall far behind.
+    sched = [i * 0.01 for i in range(40)]
+    result, _ = run_replay(plan(server_url, [1] * 40, sched))
+    assert result.send_lag_s is not None and np.percentile(result.send_lag_s, 99) < 0.02
+    summary = summarize(result)
+    assert summary.completed == 40 and summary.send_lag_p99_ms is not None
+    assert summary.send_lag_p99_ms < 20
+
+
+def test_errors_are_recorded_not_raised(server_url: str) -> None:
+    result, errors = run_replay(plan(server_url, [1, 500, 666], [0.0, 0.0, 0.0]))
+    assert result.failed.tolist() == [False, True, True]
+    assert any("HTTP 500" in e for e in errors)
+    assert len(errors) == 2
+
+
+def test_the_replay_is_bounded(server_url: str) -> None:
+    result, errors = run_replay(plan(server_url, [1, 1], [0.0, 0.0], tokens=200, drain=0.3))
+    assert result.failed.all() and errors == ["not finished within the replay bound"]
+
+
+def test_unreachable_server_fails_every_request() -> None:
+    result, errors = run_replay(plan("http://127.0.0.1:9", [1, 1], [0.0, 0.01]))
+    assert result.failed.all() and errors and "ClientConnectorError" in errors[0]

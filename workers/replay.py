@@ -1,0 +1,138 @@
+"""Open-loop replay against an OpenAI-compatible server (real vLLM engines).
+
+Every request is sent at its scheduled time whether or not earlier ones finished. Latencies are
+measured on the monotonic clock from the *intended* send time, so a client that falls behind
+cannot hide queueing (coordinated omission); how far behind it fell is recorded per request as
+the send lag, and a replay whose send-lag P99 exceeds a bound is client-bound, not a
+measurement. Prompts go as token ids to /v1/completions with max_tokens = min_tokens = N and
+ignore_eos, streamed with usage, so lengths are exact. A server error or a dropped connection is
+recorded, never raised; the whole replay is bounded in time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+
+import aiohttp
+import numpy as np
+
+from autotune.records import ReplayResult
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    base_url: str  # http://127.0.0.1:PORT
+    model: str  # the served model name
+    scheduled_s: np.ndarray  # intended send offsets, already divided by the rate multiplier
+    prompts: list[list[int]]
+    output_tokens: np.ndarray
+    drain_timeout_s: float = 300.0  # how long after the last send requests may still finish
+    request_timeout_s: float = 600.0
+
+
+@dataclass
+class _Outcome:
+    ttft_s: float = float("nan")
+    e2e_s: float = float("nan")
+    tokens: int = 0
+    failed: bool = True
+    error: str | None = None
+    send_lag_s: float = float("nan")
+
+
+async def _stream_one(session: aiohttp.ClientSession, plan: ReplayPlan, i: int, t0: float,
+                      out: _Outcome, gaps: list[float]) -> None:
+    loop = asyncio.get_running_loop()
+    target = t0 + float(plan.scheduled_s[i])
+    delay = target - loop.time()
+    if delay > 0:
+        await asyncio.sleep(delay)
+    out.send_lag_s = loop.time() - target
+    n = int(plan.output_tokens[i])
+    body = {"model": plan.model, "prompt": plan.prompts[i], "max_tokens": n, "min_tokens": n,
+            "ignore_eos": True, "temperature": 0.0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    first = last = None
+    chunks = 0
+    usage_tokens = None
+    try:
+        async with session.post(f"{plan.base_url}/v1/completions", json=body) as resp:
+            if resp.status != 200:
+                out.error = f"HTTP {resp.status}: {(await resp.text())[:200]}"
+                return
+            async for raw in resp.content:
+                line = raw.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    break
+                chunk = json.loads(data)
+                now = loop.time()
+                if chunk.get("usage"):
+                    usage_tokens = chunk["usage"].get("completion_tokens")
+                choices = chunk.get("choices") or []
+                if choices and (choices[0].get("text") or choices[0].get("finish_reason") is None):
+                    chunks += 1
+                    if first is None:
+                        first = now
+                    else:
+                        gaps.append(now - last)  # type: ignore[operator]
+                    last = now
+    except (TimeoutError, aiohttp.ClientError, json.JSONDecodeError) as exc:
+        out.error = f"{type(exc).__name__}: {exc}"
+        return
+    if first is None:
+        out.error = "no tokens received"
+        return
+    out.ttft_s, out.e2e_s = first - target, last - target  # type: ignore[operator]
+    out.tokens = int(usage_tokens if usage_tokens is not None else chunks)
+    out.failed = out.tokens < n
+    if out.failed:
+        out.error = f"received {out.tokens} of {n} tokens"
+
+
+async def _replay(plan: ReplayPlan) -> tuple[list[_Outcome], list[float], float]:
+    outcomes = [_Outcome() for _ in plan.prompts]
+    gaps: list[float] = []
+    timeout = aiohttp.ClientTimeout(total=plan.request_timeout_s)
+    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time() + 0.05  # a moment to create the tasks before the first send
+        tasks = [asyncio.create_task(_stream_one(session, plan, i, t0, outcomes[i], gaps))
+                 for i in range(len(plan.prompts))]
+        bound = float(plan.scheduled_s[-1]) + plan.drain_timeout_s if len(tasks) else 0.0
+        _, pending = await asyncio.wait(tasks, timeout=bound + 0.05)
+        for task in pending:  # still running at the bound: recorded as failed
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        for o in outcomes:
+            if o.failed and o.error is None:
+                o.error = "not finished within the replay bound"
+        wall = loop.time() - t0
+    return outcomes, gaps, wall
+
+
+def run_replay(plan: ReplayPlan) -> tuple[ReplayResult, list[str]]:
+    """Replay the plan; returns the measurements and the distinct error messages seen."""
+    outcomes, gaps, _ = asyncio.run(_replay(plan))
+    sched = np.asarray(plan.scheduled_s, dtype=float)
+    e2e = np.array([o.e2e_s for o in outcomes])
+    finished = sched + np.nan_to_num(e2e, nan=0.0)
+    wall = float(np.max(finished) - sched[0]) if len(sched) else 0.0
+    result = ReplayResult(
+        scheduled_s=sched,
+        ttft_s=np.array([o.ttft_s for o in outcomes]),
+        e2e_s=e2e,
+        output_tokens=np.array([o.tokens for o in outcomes]),
+        failed=np.array([o.failed for o in outcomes]),
+        itl_s=np.asarray(gaps, dtype=float),
+        itl_weight=np.ones(len(gaps), dtype=np.int64),
+        wall_s=max(wall, 1e-9),
+        send_lag_s=np.array([o.send_lag_s for o in outcomes]),
+    )
+    errors = sorted({o.error for o in outcomes if o.error})
+    return result, errors

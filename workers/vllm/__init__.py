@@ -1,0 +1,1 @@
+"""The `vllm` engine backend: a real vLLM OpenAI server process per trial."""

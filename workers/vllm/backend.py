@@ -1,0 +1,128 @@
+"""The `vllm` engine backend: a real vLLM OpenAI server per trial, replayed open-loop.
+
+The server command is a setting, so vLLM need not share the tuner's environment (another venv's
+python, `vllm serve`, a container). On a CPU the vLLM CPU build runs the same command.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autotune.backends import EngineBackend
+from autotune.deployment import DeploymentSpec
+from autotune.engine_config import EngineConfig
+from autotune.errors import ConfigError, ReplayError
+from autotune.records import ReplayResult
+from autotune.traffic.prompts import prompt_token_ids
+from autotune.traffic.trace import Trace
+from workers.replay import ReplayPlan, run_replay
+from workers.vllm.metrics import KvUsageSampler, engine_stats, scrape
+from workers.vllm.process import EngineProcess, free_port
+
+log = logging.getLogger("autotune.vllm")
+DEFAULT_COMMAND = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+WARMUP_REQUESTS = 4
+
+
+def _vocab_size(model_path: str) -> int:
+    config = Path(model_path) / "config.json"
+    try:
+        return int(json.loads(config.read_text())["vocab_size"])
+    except (OSError, KeyError, ValueError):
+        return 32000  # a hub id or an unreadable config: ids below every common vocabulary
+
+
+class VllmBackend(EngineBackend):
+    """Options (all plain data, so the backend pickles to Ray workers):
+    model_path, served_model_name, command, extra_args, env, startup_timeout_s, log_dir."""
+
+    name = "vllm"
+
+    def __init__(self, *, model_path: str | None = None, served_model_name: str = "autotune",
+                 command: list[str] | None = None, extra_args: list[str] | None = None,
+                 env: dict[str, str] | None = None, startup_timeout_s: float = 900.0,
+                 log_dir: str = "runs/engine-logs") -> None:
+        if not model_path:
+            raise ConfigError("the vllm backend needs a model: pass --model-path (a local model "
+                              "directory or a model id the engine can load)")
+        self.model_path, self.served_model_name = model_path, served_model_name
+        self.command = list(command or DEFAULT_COMMAND)
+        self.extra_args = list(extra_args or [])
+        self.env = dict(env or {})
+        self.startup_timeout_s, self.log_dir = startup_timeout_s, log_dir
+        self._engine: EngineProcess | None = None
+        self._config: EngineConfig | None = None
+
+    def start(self, config: EngineConfig, deployment: DeploymentSpec, *, label: str = "engine") -> None:
+        port = free_port()
+        cmd = [*self.command, "--model", self.model_path, "--served-model-name",
+               self.served_model_name, "--host", "127.0.0.1", "--port", str(port),
+               *config.to_cli_args(), *self.extra_args]
+        safe = re.sub(r"[^A-Za-z0-9._-]+", "_", label)
+        log_path = Path(self.log_dir) / f"{safe}.log"
+        env = dict(self.env)
+        if deployment.gpu_info.device == "cpu":
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        self._engine = EngineProcess(cmd, port=port, log_path=log_path, env=env)
+        self._config = config
+        log.info("%s: starting %s", label, " ".join(cmd))
+        seconds = self._engine.start(self.startup_timeout_s)
+        log.info("%s: healthy after %.1f s", label, seconds)
+
+    def _plan(self, trace: Trace, rate_scale: float, seed: int, rows: slice | None = None) -> ReplayPlan:
+        assert self._engine is not None and self._config is not None, "start() first"
+        index = range(len(trace))[rows] if rows is not None else range(len(trace))
+        max_len = self._config.max_model_len or 1 << 30
+        vocab = _vocab_size(self.model_path)
+        prompts, outputs = [], []
+        for i in index:
+            out = int(trace.output_tokens[i])
+            out = max(1, min(out, max_len - 2))
+            prompts.append(prompt_token_ids(trace, i, vocab_size=vocab, seed=seed,
+                                            max_prompt_tokens=max_len - out - 1))
+            outputs.append(out)
+        arrivals = np.asarray([trace.arrival_s[i] for i in index], dtype=float)
+        arrivals = (arrivals - arrivals[0]) / rate_scale if len(arrivals) else arrivals
+        return ReplayPlan(base_url=self._engine.base_url, model=self.served_model_name,
+                          scheduled_s=arrivals, prompts=prompts,
+                          output_tokens=np.asarray(outputs))
+
+    def warmup(self, trace: object, seed: int) -> None:
+        """A few requests before measuring, so compilation and caches do not land in a rung."""
+        assert isinstance(trace, Trace)
+        plan = self._plan(trace, 1e9, seed + 1, slice(0, WARMUP_REQUESTS))
+        run_replay(plan)
+
+    def replay(self, trace: object, rate_scale: float, seed: int) -> ReplayResult:
+        assert isinstance(trace, Trace) and self._engine is not None
+        plan = self._plan(trace, rate_scale, seed)
+        before = scrape(self._engine.base_url)
+        with KvUsageSampler(self._engine.base_url) as kv:
+            result, errors = run_replay(plan)
+        after = scrape(self._engine.base_url)
+        if errors:
+            log.info("replay x%.3g: %d failed requests, e.g. %s", rate_scale,
+                     int(result.failed.sum()), errors[0])
+        if not self._engine.alive():
+            raise ReplayError(f"the engine died during the replay at x{rate_scale:.3g} "
+                              f"(log: {self._engine.log_path})")
+        stats: dict[str, Any] = engine_stats(before, after, kv.peak)
+        return ReplayResult(**{**result.__dict__, "engine_stats": stats})
+
+    def stop(self) -> None:
+        if self._engine is not None:
+            self._engine.stop()
+            self._engine = None
+
+
+def default_env() -> dict[str, str]:
+    """What an engine started here needs from this environment (offline: no model hub)."""
+    return {k: v for k, v in os.environ.items() if k.startswith(("VLLM_", "HF_", "CUDA_"))}
