@@ -39,6 +39,10 @@ class EngineBackend(ABC):
     def warmup(self, trace: object, seed: int) -> None:
         return None
 
+    def telemetry(self) -> dict[str, object]:
+        """What the backend observed of its hardware (GPU memory and utilisation); {} if none."""
+        return {}
+
     @abstractmethod
     def replay(self, trace: object, rate_scale: float, seed: int) -> ReplayResult: ...
 

@@ -34,15 +34,17 @@ def run_trial(spec: TrialSpec, backend: EngineBackend) -> TrialOutcome:
                             start_s=time.monotonic() - t0)
     t1 = time.monotonic()
     try:
-        return _search(spec, backend, start_s=t1 - t0, t1=t1)
-    except ReplayError as exc:  # the engine died under load: not a config to publish
+        outcome = _search(spec, backend, start_s=t1 - t0, t1=t1)
+    except ReplayError as exc:  # died or ran out of memory under load: not a config to publish
         log.info("%s trial %d: %s", spec.study_name, spec.trial_number, exc)
-        return TrialOutcome(trial_number=spec.trial_number, capacity_output_tok_s=0.0,
-                            capacity_rate_scale=0.0, at_capacity=None, at_recorded_rate=None,
-                            failure_class="engine_crash", failure_message=str(exc),
-                            start_s=t1 - t0, measure_s=time.monotonic() - t1)
+        outcome = TrialOutcome(trial_number=spec.trial_number, capacity_output_tok_s=0.0,
+                               capacity_rate_scale=0.0, at_capacity=None, at_recorded_rate=None,
+                               failure_class=exc.failure_class, failure_message=str(exc),
+                               start_s=t1 - t0, measure_s=time.monotonic() - t1)
     finally:
+        telemetry = backend.telemetry()
         backend.stop()
+    return outcome.model_copy(update={"telemetry": telemetry}) if telemetry else outcome
 
 
 def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: float) -> TrialOutcome:

@@ -50,7 +50,12 @@ class EngineStartError(AutotuneError):
 
 
 class ReplayError(AutotuneError):
-    pass
+    """A replay could not be completed: the engine died ("engine_crash") or GPU memory crossed
+    the abort watermark ("memory_pressure")."""
+
+    def __init__(self, message: str, failure_class: str = "engine_crash") -> None:
+        super().__init__(message)
+        self.failure_class = failure_class
 
 
 class TrialTimeoutError(AutotuneError):

@@ -113,6 +113,7 @@ class TrialOutcome(BaseModel):
     replays: list[dict[str, Any]] = []  # rate_scale, output_tok_s, slo_ok per replay
     started_at_epoch_s: float = 0.0  # wall clock where the trial ran
     worker: dict[str, Any] = {}  # where it ran: host, pid, the GPUs it was given
+    telemetry: dict[str, Any] = {}  # GPU memory and utilisation seen during the trial
 
 
 def percentile_ms(values: np.ndarray, q: float, weights: np.ndarray | None = None) -> float:

@@ -23,6 +23,8 @@ class EngineSettings(BaseModel):
     command: list[str] | None = None
     startup_timeout_s: float = 900.0
     log_dir: str = "runs/engine-logs"
+    # GPU memory watermarks (fraction in use): note, flag, abort the trial (tuning guide).
+    memory_watermarks: dict[str, float] = {"warn": 0.85, "flag": 0.90, "abort": 0.95}
 
     def server_command(self) -> list[str] | None:
         if self.command:

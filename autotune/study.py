@@ -321,6 +321,7 @@ class StudyController:
                 measure_s=outcome.measure_s if outcome else 0.0,
                 started_at=(datetime.fromtimestamp(outcome.started_at_epoch_s, UTC)
                             if outcome and outcome.started_at_epoch_s else None),
-                worker=outcome.worker if outcome else {}, repeat_of=record.repeat_of)
+                worker=outcome.worker if outcome else {}, repeat_of=record.repeat_of,
+                telemetry=_finite(outcome.telemetry) if outcome else {})
         self.records.append(record)
         self.observer.on_trial(record)

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises: 
-Create Date: 2026-12-02 10:02:35.109136
+Create Date: 2026-12-02 10:09:00.808878
 """
 from __future__ import annotations
 
@@ -74,6 +74,7 @@ def upgrade() -> None:
     sa.Column('started_at', sa.DateTime(timezone=True), nullable=True),
     sa.Column('finished_at', sa.DateTime(timezone=True), nullable=False),
     sa.Column('worker', sa.JSON(), nullable=False),
+    sa.Column('telemetry', sa.JSON(), nullable=False),
     sa.Column('repeat_of', sa.Integer(), nullable=True),
     sa.ForeignKeyConstraint(['campaign_id'], ['autotune_campaigns.id'], ),
     sa.PrimaryKeyConstraint('id'),

@@ -195,6 +195,7 @@ def _backend_options(backend: str, settings: Any, model_path: str | None,
         "extra_args": [a for arg in engine_args for a in arg.split("=", 1)],
         "startup_timeout_s": settings.engine.startup_timeout_s,
         "log_dir": str(Path(settings.engine.log_dir).resolve()),
+        "watermarks": dict(settings.engine.memory_watermarks),
     }
     if settings.engine.server_command():
         options["command"] = settings.engine.server_command()

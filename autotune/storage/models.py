@@ -84,6 +84,7 @@ class Trial(Base):
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     worker: Mapped[dict[str, Any]] = mapped_column(JSON)  # host, pid, GPUs it was given
+    telemetry: Mapped[dict[str, Any]] = mapped_column(JSON)  # GPU memory, utilisation, watermark
     # The sampler proposed a config already measured: its result is reused, no engine started.
     repeat_of: Mapped[int | None] = mapped_column(Integer, nullable=True)
 

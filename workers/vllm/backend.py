@@ -24,6 +24,7 @@ from autotune.records import ReplayResult
 from autotune.traffic.prompts import prompt_token_ids
 from autotune.traffic.trace import Trace
 from workers.replay import ReplayPlan, run_replay
+from workers.telemetry import GpuMonitor, Watermarks, make_monitor
 from workers.vllm.metrics import KvUsageSampler, engine_stats, scrape
 from workers.vllm.process import EngineProcess, free_port
 
@@ -49,7 +50,8 @@ class VllmBackend(EngineBackend):
     def __init__(self, *, model_path: str | None = None, served_model_name: str = "autotune",
                  command: list[str] | None = None, extra_args: list[str] | None = None,
                  env: dict[str, str] | None = None, startup_timeout_s: float = 900.0,
-                 log_dir: str = "runs/engine-logs") -> None:
+                 log_dir: str = "runs/engine-logs",
+                 watermarks: dict[str, float] | None = None) -> None:
         if not model_path:
             raise ConfigError("the vllm backend needs a model: pass --model-path (a local model "
                               "directory or a model id the engine can load)")
@@ -58,8 +60,10 @@ class VllmBackend(EngineBackend):
         self.extra_args = list(extra_args or [])
         self.env = dict(env or {})
         self.startup_timeout_s, self.log_dir = startup_timeout_s, log_dir
+        self.watermarks = Watermarks(**(watermarks or {}))
         self._engine: EngineProcess | None = None
         self._config: EngineConfig | None = None
+        self._monitor: GpuMonitor | None = None
 
     def start(self, config: EngineConfig, deployment: DeploymentSpec, *, label: str = "engine") -> None:
         port = free_port()
@@ -73,6 +77,8 @@ class VllmBackend(EngineBackend):
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         self._engine = EngineProcess(cmd, port=port, log_path=log_path, env=env)
         self._config = config
+        self._monitor = make_monitor(self.watermarks)
+        self._monitor.start()
         log.info("%s: starting %s", label, " ".join(cmd))
         seconds = self._engine.start(self.startup_timeout_s)
         log.info("%s: healthy after %.1f s", label, seconds)
@@ -114,10 +120,18 @@ class VllmBackend(EngineBackend):
         if not self._engine.alive():
             raise ReplayError(f"the engine died during the replay at x{rate_scale:.3g} "
                               f"(log: {self._engine.log_path})")
+        if self._monitor is not None and self._monitor.level == "abort":
+            raise ReplayError(f"GPU memory above the abort watermark "
+                              f"({self._monitor.peak_used_fraction:.0%} used)", "memory_pressure")
         stats: dict[str, Any] = engine_stats(before, after, kv.peak)
         return ReplayResult(**{**result.__dict__, "engine_stats": stats})
 
+    def telemetry(self) -> dict[str, object]:
+        return self._monitor.summary() if self._monitor is not None else {}
+
     def stop(self) -> None:
+        if self._monitor is not None:
+            self._monitor.stop()
         if self._engine is not None:
             self._engine.stop()
             self._engine = None
