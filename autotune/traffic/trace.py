@@ -7,9 +7,11 @@ importers for public formats.
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +48,20 @@ class Trace:
                    tuple(tuple(r.get("hash_ids") or ()) for r in rows),  # type: ignore[arg-type]
                    block, "sha256:" + hashlib.sha256(data).hexdigest())
 
+    def slice(self, start: int, count: int) -> Trace:
+        """Requests start .. start+count-1, arrivals shifted to begin at 0."""
+        rows = self.to_rows()[start:start + count]
+        if rows:
+            t0 = float(rows[0]["arrival_s"])  # type: ignore[arg-type]
+            for r in rows:
+                r["arrival_s"] = float(r["arrival_s"]) - t0  # type: ignore[arg-type]
+        return Trace.from_rows(f"{self.name}[{start}:{start + count}]", rows)
+
+    def to_rows(self) -> list[dict[str, object]]:
+        return [{"arrival_s": float(self.arrival_s[i]), "prompt_tokens": int(self.prompt_tokens[i]),
+                 "output_tokens": int(self.output_tokens[i]), "hash_ids": list(self.hash_ids[i]),
+                 "hash_block_tokens": self.hash_block_tokens} for i in range(len(self))]
+
     def __len__(self) -> int:
         return len(self.arrival_s)
 
@@ -62,12 +78,58 @@ def _row_error(path: Path, row: int, column: str, what: str) -> TraceError:
     return TraceError(f"{path}: row {row}, column {column!r}: {what}; fix or drop that row")
 
 
+AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"
+
+
 def load_trace(path: str | Path) -> Trace:
-    """Load and validate a JSONL trace file."""
+    """Load and validate a trace: our JSONL, or an Azure LLM inference trace CSV (recognised by
+    its header; the traffic issue adds the other public formats)."""
     path = Path(path)
     if not path.is_file():
         raise TraceError(f"trace file {path} does not exist; pass --trace with a trace file "
                          f"(the bundled demo trace is {DEMO_TRACE})")
+    with path.open() as f:
+        first = f.readline().strip()
+    if first.replace(" ", "") == AZURE_HEADER:
+        return _load_azure_csv(path)
+    return _load_jsonl(path)
+
+
+def _load_azure_csv(path: Path) -> Trace:
+    """Azure 2023/2024 traces: TIMESTAMP (wall clock), ContextTokens, GeneratedTokens."""
+    rows: list[dict[str, object]] = []
+    t0: datetime | None = None
+    with path.open(newline="") as f:
+        for row, rec in enumerate(csv.DictReader(f), start=2):
+            try:
+                # Seven fractional digits (100 ns) are more than fromisoformat takes.
+                stamp = rec["TIMESTAMP"].strip()
+                head, _, frac = stamp.partition(".")
+                when = datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}" if frac else head)
+            except (ValueError, KeyError, AttributeError):
+                raise _row_error(path, row, "TIMESTAMP", "expected a timestamp") from None
+            t0 = t0 or when
+            values = {}
+            for col in ("ContextTokens", "GeneratedTokens"):
+                try:
+                    values[col] = int(rec[col])
+                except (ValueError, KeyError, TypeError):
+                    raise _row_error(path, row, col, f"expected an integer, got {rec.get(col)!r}") from None
+                if values[col] < 1:
+                    raise _row_error(path, row, col, "must be at least 1")
+            rows.append({"arrival_s": (when - t0).total_seconds(),
+                         "prompt_tokens": values["ContextTokens"],
+                         "output_tokens": values["GeneratedTokens"]})
+    if not rows:
+        raise TraceError(f"trace file {path} holds no requests; give a trace with at least one row")
+    if any(b["arrival_s"] < a["arrival_s"] for a, b in zip(rows, rows[1:], strict=False)):  # type: ignore[operator]
+        rows.sort(key=lambda r: r["arrival_s"])  # type: ignore[arg-type, return-value]
+    trace = Trace.from_rows(path.stem, rows)
+    return Trace(trace.name, trace.arrival_s, trace.prompt_tokens, trace.output_tokens,
+                 trace.hash_ids, trace.hash_block_tokens, file_digest(path))
+
+
+def _load_jsonl(path: Path) -> Trace:
     arrival: list[float] = []
     prompt: list[int] = []
     output: list[int] = []

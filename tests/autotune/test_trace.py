@@ -60,3 +60,31 @@ def test_empty_and_missing(tmp_path: Path) -> None:
         load_trace(tmp_path / "e.jsonl")
     with pytest.raises(TraceError, match="does not exist"):
         load_trace(tmp_path / "none.jsonl")
+
+
+AZURE_CODE = Path(__file__).resolve().parents[3] / "shared" / "traces" / "azure_llm_2023_code.csv"
+
+
+@pytest.mark.skipif(not AZURE_CODE.exists(), reason="../shared/traces not present")
+def test_azure_csv_loads_with_times_from_the_start() -> None:
+    import csv
+    from datetime import datetime
+
+    with AZURE_CODE.open() as f:
+        rows = list(csv.DictReader(f))
+    first = datetime.fromisoformat(rows[0]["TIMESTAMP"][:26])
+    last = datetime.fromisoformat(rows[-1]["TIMESTAMP"][:26])
+    t = load_trace(AZURE_CODE)
+    assert len(t) == len(rows) == 8819
+    assert t.duration_s == pytest.approx((last - first).total_seconds(), abs=1e-3)
+    assert int(t.prompt_tokens.sum()) == sum(int(r["ContextTokens"]) for r in rows)
+    part = t.slice(100, 20)
+    assert len(part) == 20 and part.arrival_s[0] == 0
+    assert part.prompt_tokens.tolist() == t.prompt_tokens[100:120].tolist()
+
+
+def test_azure_csv_bad_row(tmp_path: Path) -> None:
+    path = tmp_path / "a.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97,12,x\n")
+    with pytest.raises(TraceError, match=re.escape("row 2, column 'GeneratedTokens'")):
+        load_trace(path)
