@@ -16,6 +16,31 @@ PG_ADMIN_URL = os.environ.get("AUTOTUNE_TEST_POSTGRES_URL",
                               "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
+def engine_python() -> str:
+    """The interpreter of the vLLM CPU build's venv (`make engine-venv`)."""
+    path = os.environ.get("AUTOTUNE_ENGINE_PYTHON", "")
+    if not path or not Path(path).exists():
+        if os.environ.get("CI"):
+            pytest.fail("AUTOTUNE_ENGINE_PYTHON is not set to the vLLM CPU venv; run `make test`")
+        pytest.skip("vLLM CPU build not installed (make engine-venv)")
+    return path
+
+
+def vllm_processes() -> list[str]:
+    """Command lines of vLLM server processes still running on this machine."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if "vllm.entrypoints" in cmd and state != "Z":
+                found.append(cmd)
+    return found
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
             timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run([AUTOTUNE, *args], capture_output=True, text=True, timeout=timeout,

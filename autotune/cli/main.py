@@ -18,7 +18,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                        "capacity under a P99 latency SLO.")
 db_app = typer.Typer(no_args_is_help=True, help="Database migrations.")
 traffic_app = typer.Typer(no_args_is_help=True, help="Traffic traces.")
+models_app = typer.Typer(no_args_is_help=True, help="Model directories for real engines.")
 app.add_typer(db_app, name="db")
+app.add_typer(models_app, name="models")
 app.add_typer(traffic_app, name="traffic")
 console = Console()
 if not console.is_terminal:  # logs and CI: wide enough for the trial tables
@@ -297,6 +299,22 @@ def traffic_synth(
         raise ConfigError("--requests must be at least 1 and --rate positive")
     write_jsonl(chat_trace_rows(requests=requests, rate_rps=rate, seed=seed), out)
     console.print(f"wrote {requests} requests to {out}")
+
+
+@models_app.command("make-tiny")
+def models_make_tiny(
+    directory: Annotated[Path, typer.Argument(help="Where to write the model directory.")],
+    vocab_size: Annotated[int, typer.Option(help="Tokenizer and embedding size.")] = 2048,
+    max_position_embeddings: Annotated[int, typer.Option(help="Longest context.")] = 4096,
+    seed: Annotated[int, typer.Option(help="Tokenizer training seed.")] = 0,
+) -> None:
+    """Write a tiny Llama model (config and a locally trained tokenizer) for CPU engines; serve it
+    with --load-format dummy."""
+    from autotune.tiny_model import make_tiny_model
+
+    path = make_tiny_model(directory, vocab_size=vocab_size,
+                           max_position_embeddings=max_position_embeddings, seed=seed)
+    console.print(f"wrote a tiny Llama model to {path} (serve with --load-format dummy)")
 
 
 def main(argv: list[str] | None = None) -> int:

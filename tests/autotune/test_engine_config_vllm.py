@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from autotune.baselines import guide_heuristic, vllm_defaults
 from autotune.deployment import DEMO
 from autotune.engine_config import EngineConfig
 from autotune.space import load_search_space
+from tests.conftest import engine_python
 
 pytestmark = pytest.mark.integration
 
@@ -38,13 +38,7 @@ print("RESULT " + json.dumps(out))
 """
 
 
-def _engine_python() -> str:
-    path = os.environ.get("AUTOTUNE_ENGINE_PYTHON", "")
-    if not path or not Path(path).exists():
-        if os.environ.get("CI"):
-            pytest.fail("AUTOTUNE_ENGINE_PYTHON is not set to the vLLM CPU venv; run `make test`")
-        pytest.skip("vLLM CPU build not installed (make engine-venv)")
-    return path
+_engine_python = engine_python
 
 
 def _configs() -> list[EngineConfig]:

@@ -112,6 +112,11 @@ def test_engine_dies_with_a_killed_tuner(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("code, log, expected", [
     (1, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate", "oom"),
+    (1, "ValueError: To serve at least one request with the model's max seq len (65536), (2.0 GiB "
+        "KV cache is needed, which is larger than the available KV cache memory (1.0 GiB).", "oom"),
+    (1, "ValueError: No available memory for the cache blocks. Try increasing", "oom"),
+    (1, "ValueError: No common block size for 16 (CPU_ATTN: [MultipleOf(32)]).", "invalid_args"),
+    (2, "api_server.py: error: argument --max-num-seqs: invalid int value: 'abc'", "invalid_args"),
     (1, "ValueError: max_num_batched_tokens (8) must be greater than or equal to max_num_seqs",
      "invalid_args"),
     (2, "usage: api_server.py ...", "invalid_args"),

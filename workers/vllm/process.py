@@ -20,10 +20,11 @@ from autotune.errors import EngineStartError
 
 # Failure signatures in a server log, checked in order; the first match names the class.
 _SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    # Signatures seen from vLLM 0.32 (CPU build) and CUDA builds.
     ("oom", re.compile(r"out of memory|OutOfMemoryError|No available memory for the cache blocks"
+                       r"|larger than the available KV cache memory"
                        r"|larger than the maximum number of tokens that can be stored in KV cache"
-                       r"|KV cache (?:is )?(?:too small|insufficient)|Insufficient memory"
-                       r"|VLLM_CPU_KVCACHE_SPACE", re.I)),
+                       r"|less than requested memory for kv|Insufficient memory", re.I)),
     ("invalid_args", re.compile(r"error: unrecognized arguments|error: argument |invalid choice"
                                 r"|ValidationError|ValueError|must be (?:greater|less|at least|a multiple)"
                                 r"|should be (?:greater|less|a multiple)", re.I)),
@@ -76,12 +77,19 @@ def _log_tail(path: Path, limit: int = 20_000) -> str:
     return data[-limit:].decode(errors="replace")
 
 
+_CAUSE = re.compile(r"Value error, |\b\w*(?:Error|Exception): |\berror: |out of memory", re.I)
+_NOISE = re.compile(r"errors\.pydantic\.dev|See root cause above|Traceback")
+
+
 def _last_error_line(text: str) -> str:
+    """The line that says why: the last root-cause-looking line, without the wrappers."""
     lines = [x.strip() for x in text.splitlines() if x.strip()]
-    for line in reversed(lines):
-        if re.search(r"error|exception|out of memory", line, re.I):
-            return line[:300]
-    return lines[-1][:300] if lines else "no output"
+    causes = [x for x in lines if _CAUSE.search(x) and not _NOISE.search(x)]
+    # vLLM re-raises a root cause as "RuntimeError: Engine core initialization failed"; the
+    # ValueError (or pydantic's "Value error,") before it says what was wrong.
+    specific = [x for x in causes if not x.startswith("RuntimeError: Engine core")]
+    chosen = (specific or causes or lines or ["no output"])[-1]
+    return chosen[:300]
 
 
 class EngineProcess:

@@ -1,0 +1,81 @@
+"""The vllm backend against real vLLM engines (the CPU build, a tiny local model)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from autotune.deployment import DeploymentSpec
+from autotune.engine_config import EngineConfig
+from autotune.errors import EngineStartError
+from autotune.metrics import summarize
+from autotune.tiny_model import make_tiny_model
+from autotune.traffic.trace import load_trace
+from tests.conftest import engine_python, vllm_processes
+from workers.vllm.backend import VllmBackend
+
+pytestmark = pytest.mark.integration
+AZURE_CODE = Path(__file__).resolve().parents[3] / "shared" / "traces" / "azure_llm_2023_code.csv"
+CPU = DeploymentSpec(name="cpu-tiny", model="tiny-llama", gpu="cpu", gpu_count=1,
+                     tensor_parallel_size=1, max_model_len=2048)
+BASE = EngineConfig(max_model_len=2048, block_size=32)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind() -> Iterator[None]:
+    yield
+    assert vllm_processes() == []
+
+
+def backend(model_dir: Path, log_dir: Path, **options: object) -> VllmBackend:
+    return VllmBackend(model_path=str(model_dir),
+                       command=[engine_python(), "-m", "vllm.entrypoints.openai.api_server"],
+                       extra_args=["--load-format", "dummy", "--enforce-eager"],
+                       log_dir=str(log_dir), **options)  # type: ignore[arg-type]
+
+
+def test_serves_and_replays_an_azure_slice(model_dir: Path, tmp_path: Path) -> None:
+    trace = load_trace(AZURE_CODE).slice(0, 24)
+    b = backend(model_dir, tmp_path)
+    try:
+        b.start(BASE.merged(max_num_seqs=16), CPU, label="replay")
+        b.warmup(trace, 0)
+        summary = summarize(b.replay(trace, 4.0, 0))
+    finally:
+        b.stop()
+    assert summary.completed == 24 and summary.error_rate == 0
+    assert summary.output_tok_s * summary.duration_s == pytest.approx(
+        int(trace.output_tokens.sum()))
+    assert 0 < summary.ttft_p50_ms < summary.e2e_p99_ms
+    assert summary.send_lag_p99_ms is not None and summary.send_lag_p99_ms < 50
+    assert "prefix_cache_hit_rate" in summary.engine_stats
+    assert "Application startup complete" in (tmp_path / "replay.log").read_text()
+
+
+def test_invalid_arguments_are_classified(model_dir: Path, tmp_path: Path) -> None:
+    b = backend(model_dir, tmp_path)
+    with pytest.raises(EngineStartError) as info:
+        b.start(BASE.merged(max_num_seqs=64, max_num_batched_tokens=8), CPU, label="bad")
+    assert info.value.failure_class == "invalid_args"
+    assert "max_num_batched_tokens" in str(info.value)
+
+
+def test_kv_cache_without_memory_is_classified_as_oom(model_dir: Path, tmp_path: Path) -> None:
+    b = backend(model_dir, tmp_path, env={"VLLM_CPU_KVCACHE_SPACE": "0"})
+    with pytest.raises(EngineStartError) as info:
+        b.start(BASE, CPU, label="oom")
+    assert info.value.failure_class == "oom"
+
+
+def test_start_timeout_is_classified_and_the_engine_is_gone(model_dir: Path, tmp_path: Path) -> None:
+    b = backend(model_dir, tmp_path, startup_timeout_s=3)
+    with pytest.raises(EngineStartError) as info:
+        b.start(BASE, CPU, label="slow")
+    assert info.value.failure_class == "start_timeout"
