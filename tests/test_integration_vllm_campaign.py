@@ -1,0 +1,89 @@
+"""A campaign of real trials through the normal command: `autotune tune --backend vllm` on the
+vLLM CPU build with a tiny local model, a slice of the Azure code trace replayed at a scaled
+rate, results in the database, the API and the dashboard, and nothing left running."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from autotune.storage.models import Trial
+from autotune.traffic.synthetic import write_jsonl
+from autotune.traffic.trace import load_trace
+from tests.conftest import AUTOTUNE, engine_python, run_cli, vllm_processes
+from workers.vllm.process import free_port
+
+pytestmark = pytest.mark.integration
+AZURE_CODE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "azure_llm_2023_code.csv"
+
+
+def _get_json(url: str, deadline_s: float = 60) -> dict:
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                return json.loads(r.read())
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+
+
+def _serve(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([AUTOTUNE, *args], env={**os.environ, **env},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def test_real_campaign_on_the_cpu_build(tmp_path: Path) -> None:
+    python = engine_python()
+    model = tmp_path / "tiny"
+    assert run_cli("models", "make-tiny", str(model)).returncode == 0
+    trace = tmp_path / "azure-code-slice.jsonl"
+    write_jsonl(load_trace(AZURE_CODE).slice(2000, 30).to_rows(), trace)
+    env = {"AUTOTUNE_DATABASE_URL": f"sqlite:///{tmp_path / 'a.db'}",
+           "AUTOTUNE_ENGINE__PYTHON": python, "AUTOTUNE_ENGINE__LOG_DIR": str(tmp_path / "logs")}
+    assert run_cli("db", "upgrade", env=env).returncode == 0
+    tune = run_cli(
+        "tune", "--backend", "vllm", "--deployment", "cpu-tiny", "--campaign", "2026Q4",
+        "--model", "tiny-llama", "--gpu", "cpu", "--gpus", "1", "--max-model-len", "2048",
+        "--model-path", str(model), "--engine-arg=--load-format=dummy",
+        "--engine-arg=--enforce-eager", "--trace", str(trace), "--trials", "4",
+        "--max-scale", "8", "--bisect-steps", "1", "--slo", "ttft_p99<=3s,tpot_p99<=300ms",
+        env=env, timeout=1500)
+    assert tune.returncode == 0, tune.stderr[-4000:]
+    assert vllm_processes() == []
+
+    engine = sa.create_engine(env["AUTOTUNE_DATABASE_URL"])
+    with Session(engine) as s:
+        trials = list(s.scalars(sa.select(Trial).order_by(Trial.number)))
+    engine.dispose()
+    measured = [t for t in trials if t.state == "measured"]
+    assert len(measured) == 4, [(t.number, t.state, t.failure_message) for t in trials]
+    assert len({json.dumps(t.engine_config, sort_keys=True) for t in measured}) >= 2
+    for t in measured:
+        assert t.latency_recorded_rate and t.latency_recorded_rate["completed"] == 30
+        assert t.start_s > 1 and t.replays, "a real engine started and was replayed"
+        assert (tmp_path / "logs" / f"cpu-tiny_2026Q4-trial{t.number}.log").exists()
+    best = max((t for t in trials if t.feasible), key=lambda t: t.capacity_output_tok_s)
+
+    assert run_cli("publish", "--campaign", "2026Q4", env=env).returncode == 0
+    api_port, dash_port = free_port(), free_port()
+    api = _serve(["api", "--port", str(api_port)], env)
+    dash = _serve(["dashboard", "--port", str(dash_port)], env)
+    try:
+        config = _get_json(f"http://127.0.0.1:{api_port}/v1/deployments/cpu-tiny/config")
+        assert config["trial"] == best.number and config["engine_args"] == best.engine_config
+        studies = _get_json(f"http://127.0.0.1:{dash_port}/api/studies")["study_summaries"]
+        assert [x["study_name"] for x in studies] == ["cpu-tiny:2026Q4"]
+    finally:
+        for proc in (api, dash):
+            proc.terminate()
+            proc.wait(timeout=20)
