@@ -14,8 +14,21 @@ from autotune.backends import EngineBackend
 from autotune.errors import EngineStartError, ReplayError
 from autotune.metrics import meets, summarize
 from autotune.records import LatencySummary, TrialOutcome, TrialSpec
+from autotune.traffic.trace import Trace
 
 log = logging.getLogger("autotune.capacity")
+
+
+def offered_output_tok_s(trace: Trace, rate_scale: float) -> float:
+    """The output-token rate the trace asks for at a rate multiplier.
+
+    Capacity is this offered rate at the highest multiplier that met the SLO: when the SLO
+    holds, the engine sustained it. (The throughput measured over one short replay also counts
+    its drain tail, which makes it noisy from rung to rung; it stays in the latency summary.)
+    """
+    span = trace.duration_s / rate_scale
+    tokens = float(trace.output_tokens.sum())
+    return tokens / span if span > 0 else tokens
 
 
 def run_trial(spec: TrialSpec, backend: EngineBackend) -> TrialOutcome:
@@ -48,12 +61,19 @@ def run_trial(spec: TrialSpec, backend: EngineBackend) -> TrialOutcome:
 
 
 def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: float) -> TrialOutcome:
-    replays: list[dict[str, float | bool]] = []
+    replays: list[dict[str, float | bool | None]] = []
 
     def measure(scale: float) -> LatencySummary:
-        summary = summarize(backend.replay(spec.trace, scale, spec.seed))
-        ok = meets(summary, spec.slo)
-        replays.append({"rate_scale": scale, "output_tok_s": summary.output_tok_s, "slo_ok": ok})
+        summary = summarize(backend.replay(spec.trace, scale, spec.seed), spec.slo)
+        lag = summary.send_lag_p99_ms
+        client_bound = lag is not None and lag > spec.search.max_send_lag_p99_ms
+        ok = meets(summary, spec.slo) and not client_bound
+        replays.append({"rate_scale": scale, "output_tok_s": summary.output_tok_s, "slo_ok": ok,
+                        "send_lag_p99_ms": lag, "client_bound": client_bound})
+        if client_bound:
+            log.warning("%s trial %d: x%.3g is client-bound (send lag P99 %.1f ms > %.1f ms): "
+                        "not used as a measurement", spec.study_name, spec.trial_number, scale,
+                        lag, spec.search.max_send_lag_p99_ms)
         log.debug("%s trial %d: x%.3g -> %.0f tok/s, slo %s", spec.study_name, spec.trial_number,
                   scale, summary.output_tok_s, "ok" if ok else "missed")
         return summary
@@ -65,16 +85,23 @@ def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: floa
         summary = measure(scale)
         if scale == 1.0:
             recorded = summary
-        if not meets(summary, spec.slo):
+        if not replays[-1]["slo_ok"]:
             failed_at = scale
             break
         best = (scale, summary)
+    if replays and replays[0]["client_bound"]:
+        return TrialOutcome(trial_number=spec.trial_number, capacity_output_tok_s=0.0,
+                            capacity_rate_scale=0.0, at_capacity=None, at_recorded_rate=None,
+                            failure_class="client_bound",
+                            failure_message="the replay client could not keep the schedule at "
+                                            "the recorded rate; nothing was measured",
+                            start_s=start_s, measure_s=time.monotonic() - t1, replays=replays)
     if best is not None and failed_at is not None:
         lo, hi = best[0], failed_at
         for _ in range(spec.search.bisect_steps):
             mid = (lo * hi) ** 0.5  # geometric: rates span orders of magnitude
             summary = measure(mid)
-            if meets(summary, spec.slo):
+            if replays[-1]["slo_ok"]:
                 lo, best = mid, (mid, summary)
             else:
                 hi = mid
@@ -85,6 +112,7 @@ def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: floa
                             failure_class="slo_miss",
                             failure_message="misses the SLO at the recorded rate",
                             start_s=start_s, measure_s=measure_s, replays=replays)
-    return TrialOutcome(trial_number=spec.trial_number, capacity_output_tok_s=best[1].output_tok_s,
+    return TrialOutcome(trial_number=spec.trial_number,
+                        capacity_output_tok_s=offered_output_tok_s(spec.trace, best[0]),
                         capacity_rate_scale=best[0], at_capacity=best[1], at_recorded_rate=recorded,
                         start_s=start_s, measure_s=measure_s, replays=replays)

@@ -12,7 +12,20 @@ from autotune.slo import SLO
 _PCTS = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p99_9": 99.9}
 
 
-def summarize(result: ReplayResult) -> LatencySummary:
+def _goodput(result: ReplayResult, slo: SLO, duration_s: float) -> float:
+    """Requests per second that finished within every per-request ceiling (TTFT, TPOT, E2E),
+    as `vllm bench serve --goodput` counts them; ITL ceilings have no per-request form."""
+    ok = ~result.failed
+    out = np.maximum(result.output_tokens, 2)
+    per_request = {"ttft": result.ttft_s, "e2e": result.e2e_s,
+                   "tpot": (result.e2e_s - result.ttft_s) / (out - 1)}
+    for c in slo.ceilings:
+        if c.metric in per_request:
+            ok &= np.nan_to_num(per_request[c.metric], nan=np.inf) * 1000.0 <= c.limit_ms
+    return float(ok.sum() / duration_s)
+
+
+def summarize(result: ReplayResult, slo: SLO | None = None) -> LatencySummary:
     ok = ~result.failed
     n = len(result.scheduled_s)
     out = result.output_tokens[ok]
@@ -38,6 +51,7 @@ def summarize(result: ReplayResult) -> LatencySummary:
         engine_stats=dict(result.engine_stats),
         send_lag_p99_ms=(percentile_ms(result.send_lag_s, 99.0)
                          if result.send_lag_s is not None else None),
+        goodput_request_s=_goodput(result, slo, duration) if slo is not None else None,
         **fields,
     )
 

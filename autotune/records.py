@@ -57,7 +57,8 @@ class LatencySummary(BaseModel):
     e2e_p90_ms: float
     e2e_p99_ms: float
     e2e_p99_9_ms: float
-    send_lag_p99_ms: float | None = None
+    send_lag_p99_ms: float | None = None  # real replays: how late the client sent (P99)
+    goodput_request_s: float | None = None  # requests/s within every per-request ceiling
     engine_stats: dict[str, float] = {}
 
 
@@ -70,6 +71,8 @@ class CapacitySearch:
     factor: float = 2.0
     max_scale: float = 1024.0
     bisect_steps: int = 3
+    # A replay whose client sent later than this (P99) measured the client, not the engine.
+    max_send_lag_p99_ms: float = 5.0
 
     def ladder(self) -> list[float]:
         scales = [1.0]

@@ -57,6 +57,9 @@ def test_real_campaign_on_the_cpu_build(tmp_path: Path) -> None:
         "--model-path", str(model), "--engine-arg=--load-format=dummy",
         "--engine-arg=--enforce-eager", "--trace", str(trace), "--trials", "4",
         "--max-scale", "8", "--bisect-steps", "1", "--slo", "ttft_p99<=3s,tpot_p99<=300ms",
+        # Two cores: the engine's API server competes with the replay client for the second
+        # one (send-lag P99 of 100+ ms seen), so the client-bound bound is relaxed here.
+        "--max-send-lag-ms", "1000",
         env=env, timeout=1500)
     assert tune.returncode == 0, tune.stderr[-4000:]
     assert vllm_processes() == []

@@ -96,6 +96,9 @@ def tune(
     seed: Annotated[int, typer.Option(help="Sampler and replay seed.")] = 0,
     max_scale: Annotated[float, typer.Option(help="Highest rate multiplier tried.")] = 1024.0,
     bisect_steps: Annotated[int, typer.Option(help="Bisection steps after the ladder.")] = 3,
+    max_send_lag_ms: Annotated[float, typer.Option(
+        help="A replay whose client sent later than this (P99) is client-bound, not a "
+             "measurement; raise it only on machines too small to keep the schedule.")] = 5.0,
     model_path: Annotated[str | None, typer.Option(
         help="vllm backend: the model directory or id the engine loads.")] = None,
     engine_arg: Annotated[list[str] | None, typer.Option(
@@ -163,7 +166,8 @@ def tune(
                               trace_ref=str(Path(trace_path).resolve()), backend=backend,
                               executor=executor, parallel=parallel, search_space=space,
                               max_trials=trials, seed=seed,
-                              search=CapacitySearch(max_scale=max_scale, bisect_steps=bisect_steps),
+                              search=CapacitySearch(max_scale=max_scale, bisect_steps=bisect_steps,
+                                                    max_send_lag_p99_ms=max_send_lag_ms),
                               backend_options=backend_options)
     live = LiveTrials(console)
     controller = StudyController(engine, url, request, runner, observer=live)

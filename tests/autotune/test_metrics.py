@@ -48,3 +48,14 @@ def test_slo_violations_are_relative_and_count_errors() -> None:
     assert v["error_rate"] == 0 and not meets(s, slo)
     assert meets(s, parse_slo("ttft_p99<=1s"))
     assert not meets(summarize(result()), parse_slo("ttft_p99<=10s"))  # one request failed
+
+
+def test_goodput_counts_requests_within_every_per_request_ceiling() -> None:
+    r = result(failed=np.array([False, False, False, False]),
+               ttft_s=np.array([0.1, 0.2, 0.3, 0.4]), e2e_s=np.array([1.1, 2.2, 0.5, 4.4]),
+               output_tokens=np.array([11, 21, 3, 41]))
+    # TPOT: 0.1, 0.1, 0.1, 0.1 s; TTFT <= 250 ms keeps the first two.
+    assert summarize(r, parse_slo("ttft_p99<=250ms,tpot_p99<=150ms")).goodput_request_s == (
+        pytest.approx(2 / 4.0))
+    assert summarize(r, parse_slo("e2e_p99<=2s")).goodput_request_s == pytest.approx(2 / 4.0)
+    assert summarize(r).goodput_request_s is None

@@ -79,3 +79,41 @@ def test_start_timeout_is_classified_and_the_engine_is_gone(model_dir: Path, tmp
     with pytest.raises(EngineStartError) as info:
         b.start(BASE, CPU, label="slow")
     assert info.value.failure_class == "start_timeout"
+
+
+def test_no_engine_outlives_a_killed_tuner(model_dir: Path, tmp_path: Path) -> None:
+    """SIGKILL the process that runs the trial: its real vLLM server (API server and engine core)
+    must go with it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = f"""
+import sys
+from pathlib import Path
+from autotune.deployment import DeploymentSpec
+from autotune.engine_config import EngineConfig
+from workers.vllm.backend import VllmBackend
+b = VllmBackend(model_path={str(model_dir)!r}, log_dir={str(tmp_path)!r},
+                command=[{engine_python()!r}, "-m", "vllm.entrypoints.openai.api_server"],
+                extra_args=["--load-format", "dummy", "--enforce-eager"])
+b.start(EngineConfig(max_model_len=2048, block_size=32),
+        DeploymentSpec(name="k", model="tiny-llama", gpu="cpu", gpu_count=1,
+                       tensor_parallel_size=1, max_model_len=2048), label="killed")
+print("healthy", flush=True)
+import time; time.sleep(600)
+"""
+    tuner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                             cwd=Path(__file__).resolve().parents[2])
+    try:
+        assert tuner.stdout is not None and tuner.stdout.readline().strip() == "healthy"
+        assert vllm_processes(), "the engine is running"
+        tuner.send_signal(signal.SIGKILL)
+        tuner.wait()
+        deadline = time.monotonic() + 30
+        while vllm_processes() and time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        tuner.kill()
+    # The autouse fixture asserts that no vLLM process is left.

@@ -1,0 +1,67 @@
+"""The capacity search on the simulator: ladder, bisection, SLO, client-bound replays."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autotune.baselines import guide_heuristic
+from autotune.capacity import run_trial
+from autotune.deployment import DEMO
+from autotune.records import CapacitySearch, ReplayResult, TrialSpec
+from autotune.slo import parse_slo
+from autotune.traffic.trace import DEMO_TRACE, load_trace
+from workers.sim.backend import SimulatorBackend
+
+
+def spec(slo: str, search: CapacitySearch = CapacitySearch()) -> TrialSpec:
+    return TrialSpec(study_name="s", trial_number=7, config=guide_heuristic(DEMO).merged(
+        max_num_seqs=256, max_num_batched_tokens=8192), deployment=DEMO, trace=load_trace(DEMO_TRACE),
+        slo=parse_slo(slo), backend="sim", search=search)
+
+
+def test_capacity_is_the_highest_rate_within_the_slo() -> None:
+    outcome = run_trial(spec("ttft_p99<=2s,tpot_p99<=50ms"), SimulatorBackend())
+    assert outcome.failure_class is None and outcome.capacity_rate_scale > 1
+    ok = [r for r in outcome.replays if r["slo_ok"]]
+    missed = [r for r in outcome.replays if not r["slo_ok"]]
+    assert max(r["rate_scale"] for r in ok) == outcome.capacity_rate_scale
+    assert min(r["rate_scale"] for r in missed) > outcome.capacity_rate_scale
+    assert outcome.at_capacity is not None and outcome.at_capacity.ttft_p99_ms <= 2000
+    assert outcome.at_capacity.goodput_request_s is not None
+    trace = load_trace(DEMO_TRACE)
+    assert outcome.capacity_output_tok_s == pytest.approx(
+        trace.output_tokens.sum() * outcome.capacity_rate_scale / trace.duration_s)
+
+
+def test_tighter_slo_means_less_capacity() -> None:
+    loose = run_trial(spec("ttft_p99<=2s"), SimulatorBackend())
+    tight = run_trial(spec("ttft_p99<=100ms"), SimulatorBackend())
+    assert tight.capacity_output_tok_s < loose.capacity_output_tok_s
+
+
+def test_missing_the_slo_at_the_recorded_rate_is_no_capacity() -> None:
+    outcome = run_trial(spec("ttft_p99<=1ms"), SimulatorBackend())
+    assert outcome.failure_class == "slo_miss" and outcome.capacity_output_tok_s == 0
+    assert outcome.at_recorded_rate is not None and len(outcome.replays) == 1
+
+
+def test_max_scale_caps_the_ladder() -> None:
+    outcome = run_trial(spec("ttft_p99<=60s", CapacitySearch(max_scale=4)), SimulatorBackend())
+    assert outcome.capacity_rate_scale == 4 and [r["rate_scale"] for r in outcome.replays] == [1, 2, 4]
+
+
+class _LateClient(SimulatorBackend):
+    """The simulator, with every request leaving the client 20 ms late."""
+
+    def replay(self, trace: object, rate_scale: float, seed: int) -> ReplayResult:
+        r = super().replay(trace, rate_scale, seed)
+        return ReplayResult(**{**r.__dict__, "send_lag_s": np.full(len(r.scheduled_s), 0.02)})
+
+
+def test_a_client_bound_replay_is_not_a_measurement() -> None:
+    outcome = run_trial(spec("ttft_p99<=2s"), _LateClient())
+    assert outcome.failure_class == "client_bound" and outcome.at_recorded_rate is None
+    assert outcome.replays[0]["client_bound"] is True
+    relaxed = run_trial(spec("ttft_p99<=2s", CapacitySearch(max_send_lag_p99_ms=50)), _LateClient())
+    assert relaxed.failure_class is None
