@@ -53,8 +53,9 @@ plan = ReplayPlan(base_url=args["url"], model="autotune",
 result, errors = run_replay(plan)
 ok = ~result.failed
 print("RESULT " + json.dumps({
-    "send_lag_s": [float(x) for x in result.send_lag_s], "ttft_s": [float(x) for x in result.ttft_s[ok]],
-    "tokens": int(result.output_tokens[ok].sum()), "wall_s": result.wall_s, "failed": int(result.failed.sum())}))
+    "send_lag_s": [float(x) for x in result.send_lag_s],
+    "ttft_s": [float(x) for x in result.ttft_s[ok]], "tokens": int(result.output_tokens[ok].sum()),
+    "wall_s": result.wall_s, "failed": int(result.failed.sum())}))
 """
 
 VLLM_BENCH = r"""

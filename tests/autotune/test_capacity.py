@@ -14,10 +14,10 @@ from autotune.traffic.trace import DEMO_TRACE, load_trace
 from workers.sim.backend import SimulatorBackend
 
 
-def spec(slo: str, search: CapacitySearch = CapacitySearch()) -> TrialSpec:
+def spec(slo: str, search: CapacitySearch | None = None) -> TrialSpec:
     return TrialSpec(study_name="s", trial_number=7, config=guide_heuristic(DEMO).merged(
         max_num_seqs=256, max_num_batched_tokens=8192), deployment=DEMO, trace=load_trace(DEMO_TRACE),
-        slo=parse_slo(slo), backend="sim", search=search)
+        slo=parse_slo(slo), backend="sim", search=search or CapacitySearch())
 
 
 def test_capacity_is_the_highest_rate_within_the_slo() -> None:
