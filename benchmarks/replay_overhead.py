@@ -36,6 +36,7 @@ from workers.vllm.backend import VllmBackend
 ROOT = Path(__file__).resolve().parents[1]
 AZURE_CODE = ROOT.parent / "shared" / "traces" / "azure_llm_2023_code.csv"
 MAX_MODEL_LEN = 2048
+CHUNK = 16  # vllm bench's --timed-trace-chunk-hash-size default
 
 OURS = r"""
 import json, sys
@@ -78,6 +79,17 @@ def _run_child(cmd: list[str], env: dict[str, str]) -> tuple[subprocess.Complete
     return proc, cpu
 
 
+def _schedule_lag(start_times: list[float], timed: Path) -> list[float]:
+    """vllm bench's own queue_times start at the moment its generator hands a request over, so
+    they miss how late its sleep woke up. Against the intended schedule instead: each send's
+    offset from the first send, minus the scheduled offset (the earliest taken as on time)."""
+    sched = [json.loads(line)["timestamp"] for line in timed.read_text().splitlines()]
+    order = np.argsort(sched, kind="stable")
+    sent = np.asarray(start_times, dtype=float)
+    rel = (sent - sent.min()) - (np.asarray(sched)[order] - min(sched))
+    return (rel - rel.min()).tolist()
+
+
 def _pct_ms(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q) * 1000) if values else float("nan")
 
@@ -101,10 +113,13 @@ def main() -> None:
     ours_trace = work / "trace.jsonl"
     ours_trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
     timed = work / "timed_trace.jsonl"  # vllm bench serve's timed_trace format, same schedule
+    # vllm bench builds a prompt from its hash ids, CHUNK tokens each: one unique id per chunk
+    # gives the same lengths (and no shared prefixes, as in ours).
     timed.write_text("".join(json.dumps({
         "timestamp": float(r["arrival_s"]) / args.rate_scale,  # type: ignore[arg-type]
         "input_length": r["prompt_tokens"], "output_length": r["output_tokens"],
-        "hash_ids": [1_000_000 + i]}) + "\n" for i, r in enumerate(rows)))
+        "hash_ids": [i * 10_000 + k for k in range(-(-int(r["prompt_tokens"]) // CHUNK))],  # type: ignore[call-overload]
+    }) + "\n" for i, r in enumerate(rows)))
     vocab = json.loads((model / "config.json").read_text())["vocab_size"]
     dep = DeploymentSpec(name="bench", model="tiny-llama", gpu="cpu", gpu_count=1,
                          tensor_parallel_size=1, max_model_len=MAX_MODEL_LEN)
@@ -136,9 +151,10 @@ def main() -> None:
                                  "--save-result", "--save-detailed", "--result-dir", str(work),
                                  "--result-filename", out.name], env)
             bench = json.loads(out.read_text())
+            assert bench["total_input_tokens"] == sum(int(r["prompt_tokens"]) for r in rows)  # type: ignore[call-overload]
             ok = [i for i, e in enumerate(bench["errors"]) if not e]
             f = figures["vllm_bench"]
-            f["lag"] += [bench["queue_times"][i] for i in ok]
+            f["lag"] += _schedule_lag(bench["start_times"], timed)
             f["ttft"] += [bench["ttfts"][i] for i in ok]
             f["cpu"].append(cpu / len(rows))
             f["tok_s"].append(bench["output_throughput"])
