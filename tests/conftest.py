@@ -16,6 +16,20 @@ PG_ADMIN_URL = os.environ.get("AUTOTUNE_TEST_POSTGRES_URL",
                               "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
+# The real traces beside the checkout (../shared/traces); AUTOTUNE_TRACES_DIR overrides.
+TRACES_DIR = Path(os.environ.get("AUTOTUNE_TRACES_DIR", ROOT.parent / "shared" / "traces"))
+
+
+def shared_trace(name: str) -> Path:
+    """A real trace from ../shared/traces: skipped where absent, a failure in CI."""
+    path = TRACES_DIR / name
+    if not path.exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"{path} is missing; CI runs with ../shared beside the checkout")
+        pytest.skip(f"{path} not present (set AUTOTUNE_TRACES_DIR)")
+    return path
+
+
 def engine_python() -> str:
     """The interpreter of the vLLM CPU build's venv (`make engine-venv`)."""
     path = os.environ.get("AUTOTUNE_ENGINE_PYTHON", "")

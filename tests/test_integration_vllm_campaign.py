@@ -18,11 +18,10 @@ from sqlalchemy.orm import Session
 from autotune.storage.models import Trial
 from autotune.traffic.synthetic import write_jsonl
 from autotune.traffic.trace import load_trace
-from tests.conftest import AUTOTUNE, engine_python, run_cli, vllm_processes
+from tests.conftest import AUTOTUNE, engine_python, run_cli, shared_trace, vllm_processes
 from workers.vllm.process import free_port
 
 pytestmark = pytest.mark.integration
-AZURE_CODE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "azure_llm_2023_code.csv"
 
 
 def _get_json(url: str, deadline_s: float = 60) -> dict:
@@ -47,7 +46,7 @@ def test_real_campaign_on_the_cpu_build(tmp_path: Path) -> None:
     model = tmp_path / "tiny"
     assert run_cli("models", "make-tiny", str(model)).returncode == 0
     trace = tmp_path / "azure-code-slice.jsonl"
-    write_jsonl(load_trace(AZURE_CODE).slice(2000, 30).to_rows(), trace)
+    write_jsonl(load_trace(shared_trace("azure_llm_2023_code.csv")).slice(2000, 30).to_rows(), trace)
     env = {"AUTOTUNE_DATABASE_URL": f"sqlite:///{tmp_path / 'a.db'}",
            "AUTOTUNE_ENGINE__PYTHON": python, "AUTOTUNE_ENGINE__LOG_DIR": str(tmp_path / "logs")}
     assert run_cli("db", "upgrade", env=env).returncode == 0

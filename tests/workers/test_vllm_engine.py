@@ -13,11 +13,10 @@ from autotune.errors import EngineStartError
 from autotune.metrics import summarize
 from autotune.tiny_model import make_tiny_model
 from autotune.traffic.trace import load_trace
-from tests.conftest import engine_python, vllm_processes
+from tests.conftest import engine_python, shared_trace, vllm_processes
 from workers.vllm.backend import VllmBackend
 
 pytestmark = pytest.mark.integration
-AZURE_CODE = Path(__file__).resolve().parents[3] / "shared" / "traces" / "azure_llm_2023_code.csv"
 CPU = DeploymentSpec(name="cpu-tiny", model="tiny-llama", gpu="cpu", gpu_count=1,
                      tensor_parallel_size=1, max_model_len=2048)
 BASE = EngineConfig(max_model_len=2048, block_size=32)
@@ -42,7 +41,7 @@ def backend(model_dir: Path, log_dir: Path, **options: object) -> VllmBackend:
 
 
 def test_serves_and_replays_an_azure_slice(model_dir: Path, tmp_path: Path) -> None:
-    trace = load_trace(AZURE_CODE).slice(0, 24)
+    trace = load_trace(shared_trace("azure_llm_2023_code.csv")).slice(0, 24)
     b = backend(model_dir, tmp_path)
     try:
         b.start(BASE.merged(max_num_seqs=16), CPU, label="replay")
