@@ -14,21 +14,8 @@ from autotune.backends import EngineBackend
 from autotune.errors import EngineStartError, ReplayError
 from autotune.metrics import meets, summarize
 from autotune.records import LatencySummary, TrialOutcome, TrialSpec
-from autotune.traffic.trace import Trace
 
 log = logging.getLogger("autotune.capacity")
-
-
-def offered_output_tok_s(trace: Trace, rate_scale: float) -> float:
-    """The output-token rate the trace asks for at a rate multiplier.
-
-    Capacity is this offered rate at the highest multiplier that met the SLO: when the SLO
-    holds, the engine sustained it. (The throughput measured over one short replay also counts
-    its drain tail, which makes it noisy from rung to rung; it stays in the latency summary.)
-    """
-    span = trace.duration_s / rate_scale
-    tokens = float(trace.output_tokens.sum())
-    return tokens / span if span > 0 else tokens
 
 
 def run_trial(spec: TrialSpec, backend: EngineBackend) -> TrialOutcome:
@@ -78,7 +65,8 @@ def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: floa
                   scale, summary.output_tok_s, "ok" if ok else "missed")
         return summary
 
-    best: tuple[float, LatencySummary] | None = None
+    best: tuple[float, LatencySummary] | None = None  # the highest multiplier that met the SLO
+    passing: list[tuple[float, LatencySummary]] = []
     recorded = None
     failed_at: float | None = None
     for scale in spec.search.ladder():
@@ -89,6 +77,7 @@ def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: floa
             failed_at = scale
             break
         best = (scale, summary)
+        passing.append(best)
     if replays and replays[0]["client_bound"]:
         return TrialOutcome(trial_number=spec.trial_number, capacity_output_tok_s=0.0,
                             capacity_rate_scale=0.0, at_capacity=None, at_recorded_rate=None,
@@ -103,6 +92,7 @@ def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: floa
             summary = measure(mid)
             if replays[-1]["slo_ok"]:
                 lo, best = mid, (mid, summary)
+                passing.append(best)
             else:
                 hi = mid
     measure_s = time.monotonic() - t1
@@ -112,7 +102,11 @@ def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: floa
                             failure_class="slo_miss",
                             failure_message="misses the SLO at the recorded rate",
                             start_s=start_s, measure_s=measure_s, replays=replays)
+    # The highest throughput among the replays that met the SLO: on short traces the measured
+    # rate is not monotonic in the multiplier (a replay's drain tail counts), so the best
+    # passing replay is taken, not merely the fastest-offered one.
+    scale, summary = max(passing, key=lambda p: p[1].output_tok_s)
     return TrialOutcome(trial_number=spec.trial_number,
-                        capacity_output_tok_s=offered_output_tok_s(spec.trace, best[0]),
-                        capacity_rate_scale=best[0], at_capacity=best[1], at_recorded_rate=recorded,
+                        capacity_output_tok_s=summary.output_tok_s,
+                        capacity_rate_scale=scale, at_capacity=summary, at_recorded_rate=recorded,
                         start_s=start_s, measure_s=measure_s, replays=replays)
