@@ -55,6 +55,23 @@ def vllm_processes() -> list[str]:
     return found
 
 
+def get_json(url: str, deadline_s: float = 60) -> dict:
+    """GET a JSON document from a local server that may still be starting."""
+    import json
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                return json.loads(r.read())  # type: ignore[no-any-return]
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
             timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run([AUTOTUNE, *args], capture_output=True, text=True, timeout=timeout,

@@ -5,7 +5,6 @@ through a running `autotune api` process."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
 import urllib.request
@@ -17,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from autotune.storage.models import Trial
 from tests.conftest import AUTOTUNE, run_cli
+from workers.vllm.process import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -26,10 +26,6 @@ TUNE = ["tune", "--deployment", "llama", "--campaign", "2026Q4", "--model", "Lla
         "--trials", "6"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get(url: str) -> tuple[int, dict]:
@@ -77,7 +73,7 @@ def _check_campaign(db_url: str) -> None:
     assert pub.returncode == 0, pub.stderr
     best = max((t for t in trials if t.feasible), key=lambda t: t.capacity_output_tok_s)
 
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen([AUTOTUNE, "api", "--port", str(port)], env={
         **__import__("os").environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,22 +16,12 @@ from sqlalchemy.orm import Session
 from autotune.storage.models import Trial
 from autotune.traffic.synthetic import write_jsonl
 from autotune.traffic.trace import load_trace
-from tests.conftest import AUTOTUNE, engine_python, run_cli, shared_trace, vllm_processes
+from tests.conftest import AUTOTUNE, engine_python, get_json, run_cli, shared_trace, vllm_processes
 from workers.vllm.process import free_port
 
 pytestmark = pytest.mark.integration
 
 
-def _get_json(url: str, deadline_s: float = 60) -> dict:
-    deadline = time.monotonic() + deadline_s
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=5) as r:
-                return json.loads(r.read())
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.3)
 
 
 def _serve(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -81,9 +69,9 @@ def test_real_campaign_on_the_cpu_build(tmp_path: Path) -> None:
     api = _serve(["api", "--port", str(api_port)], env)
     dash = _serve(["dashboard", "--port", str(dash_port)], env)
     try:
-        config = _get_json(f"http://127.0.0.1:{api_port}/v1/deployments/cpu-tiny/config")
+        config = get_json(f"http://127.0.0.1:{api_port}/v1/deployments/cpu-tiny/config")
         assert config["trial"] == best.number and config["engine_args"] == best.engine_config
-        studies = _get_json(f"http://127.0.0.1:{dash_port}/api/studies")["study_summaries"]
+        studies = get_json(f"http://127.0.0.1:{dash_port}/api/studies")["study_summaries"]
         assert [x["study_name"] for x in studies] == ["cpu-tiny:2026Q4"]
     finally:
         for proc in (api, dash):
