@@ -6,14 +6,21 @@ cannot hide queueing (coordinated omission); how far behind it fell is recorded 
 the send lag, and a replay whose send-lag P99 exceeds a bound is client-bound, not a
 measurement. Prompts go as token ids to /v1/completions with max_tokens = min_tokens = N and
 ignore_eos, streamed with usage, so lengths are exact. A server error or a dropped connection is
-recorded, never raised; the whole replay is bounded in time.
+recorded, never raised; the whole replay is bounded in time. When one event loop cannot keep
+the schedule (a peak rate above REQUESTS_PER_LOOP_S), the schedule is dealt out round-robin to
+several processes that share one start instant on the system-wide monotonic clock.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
+import math
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from multiprocessing import get_context
 
 import aiohttp
 import numpy as np
@@ -30,6 +37,19 @@ class ReplayPlan:
     output_tokens: np.ndarray
     drain_timeout_s: float = 300.0  # how long after the last send requests may still finish
     request_timeout_s: float = 600.0
+    processes: int | None = None  # None: as many as the peak rate needs (see processes_for)
+
+
+REQUESTS_PER_LOOP_S = 200.0  # what one asyncio loop sends on time, with margin
+START_MARGIN_S = 3.0  # time for worker processes to start before the first send
+
+
+def processes_for(scheduled_s: np.ndarray) -> int:
+    """Loops needed for the peak one-second request rate of a schedule."""
+    if len(scheduled_s) == 0:
+        return 1
+    peak = int(np.bincount(np.floor(scheduled_s - scheduled_s.min()).astype(int)).max())
+    return max(1, min(os.cpu_count() or 1, math.ceil(peak / REQUESTS_PER_LOOP_S)))
 
 
 @dataclass
@@ -94,14 +114,16 @@ async def _stream_one(session: aiohttp.ClientSession, plan: ReplayPlan, i: int, 
         out.error = f"received {out.tokens} of {n} tokens"
 
 
-async def _replay(plan: ReplayPlan) -> tuple[list[_Outcome], list[float], float]:
+async def _replay(plan: ReplayPlan, t0: float | None = None
+                  ) -> tuple[list[_Outcome], list[float], float]:
     outcomes = [_Outcome() for _ in plan.prompts]
     gaps: list[float] = []
     timeout = aiohttp.ClientTimeout(total=plan.request_timeout_s)
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-        loop = asyncio.get_running_loop()
-        t0 = loop.time() + 0.05  # a moment to create the tasks before the first send
+        loop = asyncio.get_running_loop()  # its clock is time.monotonic(), shared by processes
+        if t0 is None:
+            t0 = loop.time() + 0.05  # a moment to create the tasks before the first send
         tasks = [asyncio.create_task(_stream_one(session, plan, i, t0, outcomes[i], gaps))
                  for i in range(len(plan.prompts))]
         bound = float(plan.scheduled_s[-1]) + plan.drain_timeout_s if len(tasks) else 0.0
@@ -116,9 +138,36 @@ async def _replay(plan: ReplayPlan) -> tuple[list[_Outcome], list[float], float]
     return outcomes, gaps, wall
 
 
+def _replay_part(plan: ReplayPlan, t0: float) -> tuple[list[_Outcome], list[float]]:
+    outcomes, gaps, _ = asyncio.run(_replay(plan, t0))
+    return outcomes, gaps
+
+
+def _replay_spread(plan: ReplayPlan, processes: int) -> tuple[list[_Outcome], list[float]]:
+    t0 = time.monotonic() + START_MARGIN_S
+    parts = [np.arange(k, len(plan.prompts), processes) for k in range(processes)]
+    outcomes: list[_Outcome] = [_Outcome() for _ in plan.prompts]
+    gaps: list[float] = []
+    # spawn, not fork: the tuner may hold threads (Ray, samplers) that fork would copy broken.
+    with ProcessPoolExecutor(processes, mp_context=get_context("spawn")) as pool:
+        futures = [pool.submit(_replay_part, replace(
+            plan, scheduled_s=plan.scheduled_s[idx], prompts=[plan.prompts[i] for i in idx],
+            output_tokens=plan.output_tokens[idx], processes=1), t0) for idx in parts]
+        for idx, future in zip(parts, futures, strict=True):
+            part_outcomes, part_gaps = future.result()
+            for i, o in zip(idx, part_outcomes, strict=True):
+                outcomes[i] = o
+            gaps += part_gaps
+    return outcomes, gaps
+
+
 def run_replay(plan: ReplayPlan) -> tuple[ReplayResult, list[str]]:
     """Replay the plan; returns the measurements and the distinct error messages seen."""
-    outcomes, gaps, _ = asyncio.run(_replay(plan))
+    processes = plan.processes or processes_for(np.asarray(plan.scheduled_s, dtype=float))
+    if processes > 1:
+        outcomes, gaps = _replay_spread(plan, processes)
+    else:
+        outcomes, gaps, _ = asyncio.run(_replay(plan))
     sched = np.asarray(plan.scheduled_s, dtype=float)
     e2e = np.array([o.e2e_s for o in outcomes])
     finished = sched + np.nan_to_num(e2e, nan=0.0)

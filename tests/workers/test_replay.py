@@ -105,3 +105,24 @@ def test_the_replay_is_bounded(server_url: str) -> None:
 def test_unreachable_server_fails_every_request() -> None:
     result, errors = run_replay(plan("http://127.0.0.1:9", [1, 1], [0.0, 0.01]))
     assert result.failed.all() and errors and "ClientConnectorError" in errors[0]
+
+
+def test_a_schedule_spread_over_processes_is_kept_and_merged(server_url: str) -> None:
+    sched = [i * 0.01 for i in range(40)]
+    single, _ = run_replay(plan(server_url, [1] * 40, sched))
+    spread_plan = ReplayPlan(**{**plan(server_url, [1] * 40, sched).__dict__, "processes": 2})
+    spread, errors = run_replay(spread_plan)
+    assert errors == [] and not spread.failed.any()
+    assert spread.scheduled_s.tolist() == single.scheduled_s.tolist()
+    assert len(spread.itl_s) == len(single.itl_s) == 40 * 4
+    assert spread.send_lag_s is not None and np.percentile(spread.send_lag_s, 99) < 0.05
+    assert np.nanmedian(spread.ttft_s) == pytest.approx(np.nanmedian(single.ttft_s), abs=0.02)
+
+
+def test_processes_follow_the_peak_rate() -> None:
+    from workers.replay import REQUESTS_PER_LOOP_S, processes_for
+
+    calm = np.arange(100) * 0.1  # 10 requests/s
+    burst = np.concatenate([calm, np.full(int(REQUESTS_PER_LOOP_S * 1.5), 20.5)])
+    assert processes_for(calm) == 1
+    assert processes_for(burst) == min(2, __import__("os").cpu_count() or 1)
