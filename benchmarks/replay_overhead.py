@@ -46,8 +46,8 @@ from autotune.traffic.prompts import prompt_token_ids
 from workers.replay import ReplayPlan, run_replay
 args = json.loads(sys.argv[1])
 trace = load_trace(args["trace"])
-prompts = [prompt_token_ids(trace, i, vocab_size=args["vocab"], max_prompt_tokens=args["max_prompt"])
-           for i in range(len(trace))]
+prompts = [prompt_token_ids(trace, i, vocab_size=args["vocab"], max_prompt_tokens=args["max_prompt"],
+                           seed=args["seed"]) for i in range(len(trace))]
 plan = ReplayPlan(base_url=args["url"], model="autotune",
                   scheduled_s=np.asarray(trace.arrival_s) / args["scale"], prompts=prompts,
                   output_tokens=np.asarray(trace.output_tokens))
@@ -112,14 +112,21 @@ def main() -> None:
         r["prompt_tokens"] = min(int(r["prompt_tokens"]), MAX_MODEL_LEN - int(r["output_tokens"]) - 1)  # type: ignore[call-overload]
     ours_trace = work / "trace.jsonl"
     ours_trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    timed = work / "timed_trace.jsonl"  # vllm bench serve's timed_trace format, same schedule
-    # vllm bench builds a prompt from its hash ids, CHUNK tokens each: one unique id per chunk
-    # gives the same lengths (and no shared prefixes, as in ours).
-    timed.write_text("".join(json.dumps({
-        "timestamp": float(r["arrival_s"]) / args.rate_scale,  # type: ignore[arg-type]
-        "input_length": r["prompt_tokens"], "output_length": r["output_tokens"],
-        "hash_ids": [i * 10_000 + k for k in range(-(-int(r["prompt_tokens"]) // CHUNK))],  # type: ignore[call-overload]
-    }) + "\n" for i, r in enumerate(rows)))
+    def timed_trace(rnd: int) -> Path:
+        """vllm bench serve's timed_trace format, same schedule. It builds a prompt from its
+        hash ids, CHUNK tokens each: one unique id per chunk gives the same lengths and, like
+        ours, no shared prefixes; fresh ids every round keep the prefix cache out of it (a
+        repeated round hits the cache, and the faster engine then starves a client that shares
+        its cores)."""
+        path = work / f"timed_trace-{rnd}.jsonl"
+        path.write_text("".join(json.dumps({
+            "timestamp": float(r["arrival_s"]) / args.rate_scale,  # type: ignore[arg-type]
+            "input_length": r["prompt_tokens"], "output_length": r["output_tokens"],
+            "hash_ids": [(rnd * 1000 + i) * 10_000 + k
+                         for k in range(-(-int(r["prompt_tokens"]) // CHUNK))],  # type: ignore[call-overload]
+        }) + "\n" for i, r in enumerate(rows)))
+        return path
+
     vocab = json.loads((model / "config.json").read_text())["vocab_size"]
     dep = DeploymentSpec(name="bench", model="tiny-llama", gpu="cpu", gpu_count=1,
                          tensor_parallel_size=1, max_model_len=MAX_MODEL_LEN)
@@ -136,7 +143,7 @@ def main() -> None:
         for rnd in range(args.rounds):
             proc, cpu = _run_child([sys.executable, "-c", OURS, json.dumps({
                 "trace": str(ours_trace), "url": url, "scale": args.rate_scale, "vocab": vocab,
-                "max_prompt": MAX_MODEL_LEN})], env)
+                "max_prompt": MAX_MODEL_LEN, "seed": 100 + rnd})], env)
             res = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))[7:])
             f = figures["autotune"]
             f["lag"] += res["send_lag_s"]
@@ -144,6 +151,7 @@ def main() -> None:
             f["cpu"].append(cpu / len(rows))
             f["tok_s"].append(res["tokens"] / res["wall_s"])
             out = work / f"vllm-{rnd}.json"
+            timed = timed_trace(rnd)
             _, cpu = _run_child([engine_python, "-c", VLLM_BENCH, "--backend", "vllm",
                                  "--base-url", url, "--model", "autotune", "--tokenizer", str(model),
                                  "--dataset-name", "timed_trace", "--dataset-path", str(timed),
