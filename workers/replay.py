@@ -33,7 +33,7 @@ class ReplayPlan:
     base_url: str  # http://127.0.0.1:PORT
     model: str  # the served model name
     scheduled_s: np.ndarray  # intended send offsets, already divided by the rate multiplier
-    prompts: list[list[int]]
+    prompts: list[list[int] | str]  # token ids for /v1/completions; text for /v1/chat/completions
     output_tokens: np.ndarray
     drain_timeout_s: float = 300.0  # how long after the last send requests may still finish
     request_timeout_s: float = 600.0
@@ -62,6 +62,20 @@ class _Outcome:
     send_lag_s: float = float("nan")
 
 
+def _is_token(choice: dict[str, object], chat: bool) -> bool:
+    """Whether a streamed choice carries a generated token (a chunk whose text decodes to ""
+    still does; chat's opening role-only chunk and finish-only chunks do not)."""
+    if chat:
+        delta = choice.get("delta") or {}
+        assert isinstance(delta, dict)
+        if "role" in delta or "content" not in delta:
+            return False
+        return bool(delta["content"]) or choice.get("finish_reason") is None
+    if "text" not in choice:
+        return False
+    return bool(choice["text"]) or choice.get("finish_reason") is None
+
+
 async def _stream_one(session: aiohttp.ClientSession, plan: ReplayPlan, i: int, t0: float,
                       out: _Outcome, gaps: list[float]) -> None:
     loop = asyncio.get_running_loop()
@@ -71,14 +85,21 @@ async def _stream_one(session: aiohttp.ClientSession, plan: ReplayPlan, i: int, 
         await asyncio.sleep(delay)
     out.send_lag_s = loop.time() - target
     n = int(plan.output_tokens[i])
-    body = {"model": plan.model, "prompt": plan.prompts[i], "max_tokens": n, "min_tokens": n,
-            "ignore_eos": True, "temperature": 0.0, "stream": True,
-            "stream_options": {"include_usage": True}}
+    prompt = plan.prompts[i]
+    chat = isinstance(prompt, str)
+    body: dict[str, object] = {
+        "model": plan.model, "max_tokens": n, "min_tokens": n, "ignore_eos": True,
+        "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}
+    if chat:
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    endpoint = "/v1/chat/completions" if chat else "/v1/completions"
     first = last = None
     chunks = 0
     usage_tokens = None
     try:
-        async with session.post(f"{plan.base_url}/v1/completions", json=body) as resp:
+        async with session.post(f"{plan.base_url}{endpoint}", json=body) as resp:
             if resp.status != 200:
                 out.error = f"HTTP {resp.status}: {(await resp.text())[:200]}"
                 return
@@ -94,7 +115,7 @@ async def _stream_one(session: aiohttp.ClientSession, plan: ReplayPlan, i: int, 
                 if chunk.get("usage"):
                     usage_tokens = chunk["usage"].get("completion_tokens")
                 choices = chunk.get("choices") or []
-                if choices and (choices[0].get("text") or choices[0].get("finish_reason") is None):
+                if choices and _is_token(choices[0], chat):
                     chunks += 1
                     if first is None:
                         first = now

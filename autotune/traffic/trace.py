@@ -34,6 +34,7 @@ class Trace:
     hash_ids: tuple[tuple[int, ...], ...]
     hash_block_tokens: int
     digest: str
+    texts: tuple[str | None, ...] = ()  # prompt text per request, where the trace has it
 
     @classmethod
     def from_rows(cls, name: str, rows: list[dict[str, object]]) -> Trace:
@@ -44,9 +45,11 @@ class Trace:
         for a in arrays:
             a.setflags(write=False)
         block = int(rows[0].get("hash_block_tokens", 512)) if rows else 512  # type: ignore[call-overload]
+        texts = tuple(r.get("prompt") for r in rows)  # type: ignore[misc]
         return cls(name, arrays[0], arrays[1], arrays[2],
                    tuple(tuple(r.get("hash_ids") or ()) for r in rows),  # type: ignore[arg-type]
-                   block, "sha256:" + hashlib.sha256(data).hexdigest())
+                   block, "sha256:" + hashlib.sha256(data).hexdigest(),
+                   texts if any(t is not None for t in texts) else ())  # type: ignore[arg-type]
 
     def slice(self, start: int, count: int) -> Trace:
         """Requests start .. start+count-1, arrivals shifted to begin at 0."""
@@ -57,10 +60,20 @@ class Trace:
                 r["arrival_s"] = float(r["arrival_s"]) - t0  # type: ignore[arg-type]
         return Trace.from_rows(f"{self.name}[{start}:{start + count}]", rows)
 
+    def text(self, index: int) -> str | None:
+        return self.texts[index] if self.texts else None
+
     def to_rows(self) -> list[dict[str, object]]:
-        return [{"arrival_s": float(self.arrival_s[i]), "prompt_tokens": int(self.prompt_tokens[i]),
-                 "output_tokens": int(self.output_tokens[i]), "hash_ids": list(self.hash_ids[i]),
-                 "hash_block_tokens": self.hash_block_tokens} for i in range(len(self))]
+        rows: list[dict[str, object]] = []
+        for i in range(len(self)):
+            row: dict[str, object] = {
+                "arrival_s": float(self.arrival_s[i]), "prompt_tokens": int(self.prompt_tokens[i]),
+                "output_tokens": int(self.output_tokens[i]), "hash_ids": list(self.hash_ids[i]),
+                "hash_block_tokens": self.hash_block_tokens}
+            if self.text(i) is not None:
+                row["prompt"] = self.text(i)
+            rows.append(row)
+        return rows
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -135,6 +148,7 @@ def _load_jsonl(path: Path) -> Trace:
     prompt: list[int] = []
     output: list[int] = []
     hashes: list[tuple[int, ...]] = []
+    texts: list[str | None] = []
     block_tokens = 0
     with path.open() as f:
         for row, line in enumerate(f, start=1):
@@ -154,6 +168,9 @@ def _load_jsonl(path: Path) -> Trace:
                 raise _row_error(path, row, "prompt_tokens/output_tokens", "must be at least 1")
             if arrival and rec["arrival_s"] < arrival[-1]:
                 raise _row_error(path, row, "arrival_s", "arrivals must not go back in time")
+            text = rec.get("prompt")
+            if text is not None and not isinstance(text, str):
+                raise _row_error(path, row, "prompt", "expected the prompt text as a string")
             ids = rec.get("hash_ids") or []
             if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
                 raise _row_error(path, row, "hash_ids", "expected a list of integers")
@@ -163,6 +180,7 @@ def _load_jsonl(path: Path) -> Trace:
             prompt.append(int(rec["prompt_tokens"]))
             output.append(int(rec["output_tokens"]))
             hashes.append(tuple(ids))
+            texts.append(text)
     if not arrival:
         raise TraceError(f"trace file {path} holds no requests; give a trace with at least one row")
     start = arrival[0]
@@ -171,4 +189,4 @@ def _load_jsonl(path: Path) -> Trace:
     for a in arrays:
         a.setflags(write=False)
     return Trace(path.stem, arrays[0], arrays[1], arrays[2], tuple(hashes), block_tokens or 512,
-                 file_digest(path))
+                 file_digest(path), tuple(texts) if any(t is not None for t in texts) else ())

@@ -88,3 +88,16 @@ def test_azure_csv_bad_row(tmp_path: Path) -> None:
     path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97,12,x\n")
     with pytest.raises(TraceError, match=re.escape("row 2, column 'GeneratedTokens'")):
         load_trace(path)
+
+
+def test_prompt_text_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 2, "prompt": "hi"}\n'
+                    '{"arrival_s": 1, "prompt_tokens": 5, "output_tokens": 2}\n')
+    t = load_trace(path)
+    assert t.text(0) == "hi" and t.text(1) is None
+    assert t.to_rows()[0]["prompt"] == "hi" and "prompt" not in t.to_rows()[1]
+    assert load_trace(DEMO_TRACE).text(0) is None
+    path.write_text('{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 2, "prompt": 7}\n')
+    with pytest.raises(TraceError, match="column 'prompt'"):
+        load_trace(path)

@@ -43,11 +43,30 @@ async def _completions(request: web.Request) -> web.StreamResponse:
     return resp
 
 
+async def _chat(request: web.Request) -> web.StreamResponse:
+    body = await request.json()
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    role = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                         "finish_reason": None}]}
+    await resp.write(f"data: {json.dumps(role)}\n\n".encode())
+    n = body["max_tokens"]
+    for i in range(n):
+        await asyncio.sleep(GAP_S)
+        chunk = {"choices": [{"index": 0, "delta": {"content": "" if i == 2 else f"w{i}"},
+                              "finish_reason": "length" if i == n - 1 else None}]}
+        await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+    usage = {"choices": [], "usage": {"completion_tokens": n}}
+    await resp.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
+    return resp
+
+
 @pytest.fixture(scope="module")
 def server_url() -> Iterator[str]:
     loop = asyncio.new_event_loop()
     app = web.Application()
     app.router.add_post("/v1/completions", _completions)
+    app.router.add_post("/v1/chat/completions", _chat)
     runner = web.AppRunner(app)
     loop.run_until_complete(runner.setup())
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -126,3 +145,13 @@ def test_processes_follow_the_peak_rate() -> None:
     burst = np.concatenate([calm, np.full(int(REQUESTS_PER_LOOP_S * 1.5), 20.5)])
     assert processes_for(calm) == 1
     assert processes_for(burst) == min(2, __import__("os").cpu_count() or 1)
+
+
+def test_text_prompts_go_to_the_chat_endpoint(server_url: str) -> None:
+    p = ReplayPlan(base_url=server_url, model="m", scheduled_s=np.array([0.0, 0.01]),
+                   prompts=["hello there", [1, 2, 3]], output_tokens=np.array([5, 5]))
+    result, errors = run_replay(p)
+    assert errors == [] and result.output_tokens.tolist() == [5, 5]
+    # The role-only opening chunk is no token; an empty-text token still is.
+    assert result.ttft_s[0] == pytest.approx(GAP_S, abs=0.015)
+    assert len(result.itl_s) == 2 * 4

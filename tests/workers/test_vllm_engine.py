@@ -12,9 +12,10 @@ from autotune.engine_config import EngineConfig
 from autotune.errors import EngineStartError
 from autotune.metrics import summarize
 from autotune.tiny_model import make_tiny_model
-from autotune.traffic.trace import load_trace
+from autotune.traffic.trace import Trace, load_trace
 from tests.conftest import engine_python, shared_trace, vllm_processes
 from workers.vllm.backend import VllmBackend
+from workers.vllm.process import port_is_free
 
 pytestmark = pytest.mark.integration
 CPU = DeploymentSpec(name="cpu-tiny", model="tiny-llama", gpu="cpu", gpu_count=1,
@@ -42,13 +43,20 @@ def backend(model_dir: Path, log_dir: Path, **options: object) -> VllmBackend:
 
 def test_serves_and_replays_an_azure_slice(model_dir: Path, tmp_path: Path) -> None:
     trace = load_trace(shared_trace("azure_llm_2023_code.csv")).slice(0, 24)
+    chat = Trace.from_rows("chat", [{"arrival_s": i * 0.1, "prompt_tokens": 8, "output_tokens": 12,
+                                     "prompt": f"Tell me about block sizes, part {i}."}
+                                    for i in range(6)])
     b = backend(model_dir, tmp_path)
     try:
         b.start(BASE.merged(max_num_seqs=16), CPU, label="replay")
+        port = b._engine.port  # type: ignore[union-attr]
         b.warmup(trace, 0)
         summary = summarize(b.replay(trace, 4.0, 0))
+        chat_summary = summarize(b.replay(chat, 1.0, 0))  # the same engine, text on chat
     finally:
         b.stop()
+    assert port_is_free(port)
+    assert chat_summary.completed == 6 and chat_summary.output_tok_s * chat_summary.duration_s == 72
     assert summary.completed == 24 and summary.error_rate == 0
     assert summary.output_tok_s * summary.duration_s == pytest.approx(
         int(trace.output_tokens.sum()))
@@ -94,6 +102,7 @@ from pathlib import Path
 from autotune.deployment import DeploymentSpec
 from autotune.engine_config import EngineConfig
 from workers.vllm.backend import VllmBackend
+from workers.vllm.process import port_is_free
 b = VllmBackend(model_path={str(model_dir)!r}, log_dir={str(tmp_path)!r},
                 command=[{engine_python()!r}, "-m", "vllm.entrypoints.openai.api_server"],
                 extra_args=["--load-format", "dummy", "--enforce-eager"])

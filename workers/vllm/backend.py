@@ -88,12 +88,14 @@ class VllmBackend(EngineBackend):
         index = range(len(trace))[rows] if rows is not None else range(len(trace))
         max_len = self._config.max_model_len or 1 << 30
         vocab = _vocab_size(self.model_path)
-        prompts, outputs = [], []
+        prompts: list[list[int] | str] = []
+        outputs = []
         for i in index:
             out = int(trace.output_tokens[i])
             out = max(1, min(out, max_len - 2))
-            prompts.append(prompt_token_ids(trace, i, vocab_size=vocab, seed=seed,
-                                            max_prompt_tokens=max_len - out - 1))
+            text = trace.text(i)  # real text goes to the chat endpoint, as production sent it
+            prompts.append(text if text is not None else prompt_token_ids(
+                trace, i, vocab_size=vocab, seed=seed, max_prompt_tokens=max_len - out - 1))
             outputs.append(out)
         arrivals = np.asarray([trace.arrival_s[i] for i in index], dtype=float)
         arrivals = (arrivals - arrivals[0]) / rate_scale if len(arrivals) else arrivals
