@@ -38,6 +38,9 @@ from autotune.traffic.trace import Trace
 log = logging.getLogger("autotune.study")
 PROPOSED = "proposed"
 ASKS_PER_TRIAL = 10  # cap on asks (rejections and repeats are free) per measured trial
+MAX_INFRA_FAILURES_IN_A_ROW = 3  # then the cluster, not the configs, is what fails
+INFRA_FAILURES = ("infrastructure", "worker_error")
+ENGINE_FAILURES = ("oom", "invalid_args", "start_timeout", "start_failed", "engine_crash")
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,8 @@ class _InFlight:
     config: EngineConfig
     slow_rules: list[str]
     repeat_of: int | None = None
+    spec: TrialSpec | None = None
+    retried: bool = False
 
 
 def _finite(value: Any) -> Any:
@@ -139,6 +144,7 @@ class StudyController:
                                                        _base_config(role, request.deployment))
                                 for role in BASELINES}
         self.records: list[TrialRecord] = []
+        self._infra_in_a_row = 0
         self._seen: dict[tuple[tuple[str, Any], ...], TrialOutcome] = {}
 
     # -- setup -------------------------------------------------------------------------------
@@ -200,7 +206,16 @@ class StudyController:
                 if not in_flight:
                     break
                 for outcome in self.executor.wait():
+                    job = in_flight[outcome.trial_number]
+                    if outcome.failure_class == "infrastructure" and not job.retried and job.spec:
+                        # A lost worker says nothing about the config: run it once more.
+                        log.warning("%s trial %d: %s; retrying once", r.study_name,
+                                    outcome.trial_number, outcome.failure_message)
+                        job.retried = True
+                        self.executor.submit(job.spec)
+                        continue
                     self._finish(study, campaign_id, in_flight.pop(outcome.trial_number), outcome)
+                    self._check_health(outcome)
             status, message = "completed", None
         except BaseException as exc:
             message = f"{type(exc).__name__}: {exc}"
@@ -215,6 +230,23 @@ class StudyController:
                 c.status, c.message = status, message
                 c.finished_at, c.wall_s = repo.now(), self.clock() - t0
         return campaign_id
+
+    def _check_health(self, outcome: TrialOutcome) -> None:
+        """Stop instead of burning the budget when the setup, not a config, is what fails."""
+        self._infra_in_a_row = (self._infra_in_a_row + 1
+                                if outcome.failure_class in INFRA_FAILURES else 0)
+        if self._infra_in_a_row >= MAX_INFRA_FAILURES_IN_A_ROW:
+            raise ConfigError(f"{self._infra_in_a_row} trials in a row failed in the workers "
+                              f"(last: {outcome.failure_message}); check the executor and the "
+                              "backend's setup before tuning again")
+        baselines = [rec for rec in self.records if rec.role in BASELINES]
+        if len(baselines) == len(BASELINES) and all(
+                rec.failure_class in ENGINE_FAILURES for rec in baselines) and not any(
+                rec.role not in BASELINES and rec.state == "measured" for rec in self.records):
+            first = baselines[0]
+            raise ConfigError(f"every baseline failed to start or crashed ({first.failure_class}: "
+                              f"{first.failure_message}); the deployment or the engine setup is "
+                              "wrong (see the engine logs), not the tuned arguments")
 
     def _ask(self, study: optuna.Study, campaign_id: int) -> _InFlight | None:
         """Ask for a config; returns it if it must run, else tells it right away."""
@@ -243,7 +275,7 @@ class StudyController:
         log.info("%s trial %d (%s): starting %s", spec.study_name, trial.number, role,
                  " ".join(config.to_cli_args()))
         self.executor.submit(spec)
-        return _InFlight(trial, role, config, [v.rule for v in broken])
+        return _InFlight(trial, role, config, [v.rule for v in broken], spec=spec)
 
     def _set_constraints(self, trial: OptunaTrial, constraints: dict[str, float]) -> None:
         for name, value in constraints.items():

@@ -96,3 +96,77 @@ def test_repeated_configs_reuse_the_measurement(finished: tuple[str, int]) -> No
             first = by_number[t.repeat_of]
             assert t.engine_config == first.engine_config
             assert t.capacity_output_tok_s == first.capacity_output_tok_s
+
+
+def _request(url: str, **overrides: object) -> CampaignRequest:
+    values: dict[str, object] = dict(
+        deployment=DEMO, campaign="c2", slo=parse_slo("ttft_p99<=2s"),
+        trace=load_trace(DEMO_TRACE), trace_ref=str(DEMO_TRACE), max_trials=6, seed=2)
+    values.update(overrides)
+    return CampaignRequest(**values)  # type: ignore[arg-type]
+
+
+def test_a_campaign_whose_baselines_cannot_start_stops(migrated_sqlite: str) -> None:
+    from autotune.deployment import DeploymentSpec
+    from autotune.errors import ConfigError
+
+    # 671B parameters on one 45 GiB GPU: every engine fails to start, whatever its arguments.
+    hopeless = DeploymentSpec(name="big", model="DeepSeek-V3", gpu="L40S", gpu_count=1,
+                              tensor_parallel_size=1, max_model_len=8192)
+    engine = open_database(migrated_sqlite)
+    controller = StudyController(engine, migrated_sqlite, _request(migrated_sqlite, deployment=hopeless),
+                                 InlineExecutor())
+    with pytest.raises(ConfigError, match="every baseline failed to start.*oom"):
+        controller.run()
+    with session_scope(engine) as s:
+        c = s.scalars(__import__("sqlalchemy").select(Campaign)).one()
+        assert c.status == "failed" and "every baseline failed" in (c.message or "")
+        assert len(c.trials) == 2  # the budget was not burnt
+    engine.dispose()
+
+
+class _FlakyWorkers(InlineExecutor):
+    """Inline trials, except that a worker is lost on the first attempt of some trials."""
+
+    def __init__(self, lose: set[int], always: bool = False) -> None:
+        super().__init__()
+        self.lose, self.always, self.attempts = lose, always, []  # type: ignore[var-annotated]
+
+    def wait(self):  # type: ignore[no-untyped-def]
+        spec = self._queue.pop(0)
+        self.attempts.append(spec.trial_number)
+        first = self.attempts.count(spec.trial_number) == 1
+        if spec.trial_number in self.lose and (first or self.always):
+            from autotune.records import TrialOutcome
+
+            return [TrialOutcome(trial_number=spec.trial_number, capacity_output_tok_s=0.0,
+                                 capacity_rate_scale=0.0, at_capacity=None, at_recorded_rate=None,
+                                 failure_class="infrastructure", failure_message="worker lost")]
+        from autotune.executors import execute_trial
+
+        return [execute_trial(spec)]
+
+
+def test_a_lost_worker_is_retried_once_and_the_trial_counts_once(migrated_sqlite: str) -> None:
+    engine = open_database(migrated_sqlite)
+    workers = _FlakyWorkers(lose={0, 1})  # the baselines always reach a worker
+    campaign_id = StudyController(engine, migrated_sqlite, _request(migrated_sqlite), workers).run()
+    with session_scope(engine) as s:
+        c = s.get(Campaign, campaign_id)
+        assert c is not None and c.status == "completed"
+        numbers = [t.number for t in c.trials]
+        assert len(numbers) == len(set(numbers))
+        by_number = {t.number: t for t in c.trials}
+        assert by_number[0].state == "measured" and by_number[0].failure_class is None
+    assert workers.attempts.count(0) == 2 and workers.attempts.count(1) == 2
+    engine.dispose()
+
+
+def test_repeated_infrastructure_failures_stop_the_campaign(migrated_sqlite: str) -> None:
+    from autotune.errors import ConfigError
+
+    engine = open_database(migrated_sqlite)
+    workers = _FlakyWorkers(lose=set(range(100)), always=True)
+    with pytest.raises(ConfigError, match="3 trials in a row failed in the workers"):
+        StudyController(engine, migrated_sqlite, _request(migrated_sqlite), workers).run()
+    engine.dispose()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import sys
 from pathlib import Path
@@ -138,7 +137,3 @@ class VllmBackend(EngineBackend):
             self._engine.stop()
             self._engine = None
 
-
-def default_env() -> dict[str, str]:
-    """What an engine started here needs from this environment (offline: no model hub)."""
-    return {k: v for k, v in os.environ.items() if k.startswith(("VLLM_", "HF_", "CUDA_"))}
