@@ -305,6 +305,39 @@ def traffic_synth(
     console.print(f"wrote {requests} requests to {out}")
 
 
+@traffic_app.command("show")
+def traffic_show(
+    trace: Annotated[Path, typer.Argument(help="A trace file (JSONL, Azure CSV, Mooncake JSONL).")],
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+    hot_max_tokens: Annotated[int, typer.Option(help="Hot path: output tokens at most this.")] = 512,
+) -> None:
+    """Statistics of a trace: rate, burstiness, length percentiles, prefix sharing, path mix."""
+    import json
+
+    from rich.table import Table
+
+    from autotune.traffic.stats import trace_stats
+    from autotune.traffic.trace import load_trace
+
+    stats = trace_stats(load_trace(trace), hot_max_tokens=hot_max_tokens)
+    if as_json:
+        print(json.dumps(stats))
+        return
+    table = Table(title=f"Trace {stats['name']}", title_justify="left", show_header=False)
+    table.add_row("requests", f"{stats['requests']:,}")
+    table.add_row("duration", f"{stats['duration_s']:,.1f} s")
+    table.add_row("rate", f"{stats['rate_rps']:.2f} requests/s (burstiness CV "
+                          f"{stats['burstiness_cv']:.2f})")
+    for key in ("prompt_tokens", "output_tokens"):
+        p = stats[key]
+        table.add_row(key.replace("_", " "), f"p50 {p['p50']:,.0f}  p90 {p['p90']:,.0f}  "
+                                             f"p99 {p['p99']:,.0f}")
+    table.add_row("prefix share", f"{stats['prefix_share_ratio']:.1%} of prompt tokens")
+    mix = stats["path_mix"]
+    table.add_row("paths", f"hot {mix['hot']:.1%}  warm {mix['warm']:.1%}  cold {mix['cold']:.1%}")
+    console.print(table)
+
+
 @models_app.command("make-tiny")
 def models_make_tiny(
     directory: Annotated[Path, typer.Argument(help="Where to write the model directory.")],

@@ -105,7 +105,52 @@ def load_trace(path: str | Path) -> Trace:
         first = f.readline().strip()
     if first.replace(" ", "") == AZURE_HEADER:
         return _load_azure_csv(path)
+    if _is_mooncake(first):
+        return _load_mooncake(path)
     return _load_jsonl(path)
+
+
+MOONCAKE_BLOCK_TOKENS = 512  # Mooncake's hash_ids each stand for 512 prompt tokens
+
+
+def _is_mooncake(first_line: str) -> bool:
+    try:
+        rec = json.loads(first_line)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(rec, dict) and {"timestamp", "input_length", "output_length"} <= set(rec)
+
+
+def _load_mooncake(path: Path) -> Trace:
+    """Mooncake (FAST'25) JSONL: timestamp in ms from the start, input_length, output_length,
+    hash_ids of 512-token prompt blocks."""
+    rows: list[dict[str, object]] = []
+    with path.open() as f:
+        for row, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise _row_error(path, row, "*", f"not a JSON object ({exc.msg})") from None
+            for col in ("timestamp", "input_length", "output_length"):
+                value = rec.get(col) if isinstance(rec, dict) else None
+                if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                    raise _row_error(path, row, col, f"expected a non-negative number, got {value!r}")
+            if rec["input_length"] < 1 or rec["output_length"] < 1:
+                raise _row_error(path, row, "input_length/output_length", "must be at least 1")
+            ids = rec.get("hash_ids") or []
+            if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+                raise _row_error(path, row, "hash_ids", "expected a list of integers")
+            rows.append({"arrival_s": rec["timestamp"] / 1000.0, "prompt_tokens": int(rec["input_length"]),
+                         "output_tokens": int(rec["output_length"]), "hash_ids": ids,
+                         "hash_block_tokens": MOONCAKE_BLOCK_TOKENS})
+    if not rows:
+        raise TraceError(f"trace file {path} holds no requests; give a trace with at least one row")
+    rows.sort(key=lambda r: float(r["arrival_s"]))  # type: ignore[arg-type]
+    trace = Trace.from_rows(path.stem, rows)
+    return Trace(trace.name, trace.arrival_s, trace.prompt_tokens, trace.output_tokens,
+                 trace.hash_ids, trace.hash_block_tokens, file_digest(path))
 
 
 def _load_azure_csv(path: Path) -> Trace:
