@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from api.routes import deployments, health
+from api.routes import campaigns, deployments, health
 from autotune import __version__
 from autotune.errors import AutotuneError, NotFoundError, StorageError
 from autotune.settings import Settings, get_settings
@@ -50,4 +50,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.include_router(health.router)
     app.include_router(deployments.router)
+    app.include_router(campaigns.router)
     return app

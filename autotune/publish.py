@@ -23,7 +23,7 @@ def default_period(campaign_name: str, when: datetime) -> str:
     return campaign_name if re.fullmatch(r"\d{4}Q[1-4]", campaign_name) else quarter_label(when)
 
 
-def _utc(when: datetime) -> datetime:
+def utc(when: datetime) -> datetime:
     # SQLite hands back naive datetimes; everything autotune stores is UTC.
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
@@ -61,7 +61,7 @@ def config_document(pub: Publication) -> dict[str, Any]:
         "period": pub.period_label,
         "campaign": pub.campaign.name,
         "trial": pub.trial.number,
-        "published_at": _utc(pub.published_at).isoformat(),
+        "published_at": utc(pub.published_at).isoformat(),
         "published_by": pub.published_by,
         "note": pub.note,
         "capacity_output_tok_s": pub.trial.capacity_output_tok_s,

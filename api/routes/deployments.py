@@ -1,8 +1,11 @@
 from __future__ import annotations
 
-from typing import Any
+import hashlib
+import json
+from typing import Any, Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import JSONResponse, PlainTextResponse
 
 from api.deps import SessionDep
 from api.schemas import ConfigResponse, ErrorResponse, HistoryEntry, HistoryResponse
@@ -13,11 +16,29 @@ router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorResponse}}
 
 
-@router.get("/{name}/config", response_model=ConfigResponse, responses=_NOT_FOUND)
-def current_config(name: str, session: SessionDep) -> ConfigResponse:
+# Services poll this; a short max-age and an ETag let them revalidate for free.
+CACHE_CONTROL = "public, max-age=60"
+
+
+@router.get("/{name}/config", response_model=ConfigResponse,
+            responses={**_NOT_FOUND, 304: {"description": "Not modified (ETag matched)"}})
+def current_config(name: str, session: SessionDep, request: Request,
+                   format: Literal["json", "yaml", "args"] = Query(
+                       "json", description="json: the whole document; yaml: a file for "
+                                           "`vllm serve --config`; args: the CLI flags, one a line")
+                   ) -> Response:
     """The deployment's current published config."""
-    pub = repo.current_publication(session, repo.get_deployment(session, name))
-    return ConfigResponse(**config_document(pub))
+    doc = ConfigResponse(**config_document(
+        repo.current_publication(session, repo.get_deployment(session, name)))).model_dump()
+    etag = '"' + hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32] + '"'
+    headers = {"ETag": etag, "Cache-Control": CACHE_CONTROL}
+    if etag in request.headers.get("if-none-match", ""):
+        return Response(status_code=304, headers=headers)
+    if format == "yaml":
+        return PlainTextResponse(doc["yaml"], media_type="application/yaml", headers=headers)
+    if format == "args":
+        return PlainTextResponse("\n".join(doc["cli_args"]) + "\n", headers=headers)
+    return JSONResponse(doc, headers=headers)
 
 
 @router.get("/{name}/history", response_model=HistoryResponse, responses=_NOT_FOUND)

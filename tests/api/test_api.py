@@ -88,3 +88,41 @@ def test_period_label_defaults() -> None:
     assert default_period("2026Q4", datetime(2027, 1, 3, tzinfo=UTC)) == "2026Q4"
     assert default_period("demo", datetime(2027, 1, 3, tzinfo=UTC)) == "2027Q1"
     assert default_period("demo", datetime(2026, 12, 31, tzinfo=UTC)) == "2026Q4"
+
+
+def test_config_formats_etag_and_cache_headers(client: TestClient, db_url: str) -> None:
+    if client.get("/v1/deployments/demo/config").status_code == 404:
+        engine = open_database(db_url)
+        with session_scope(engine) as s:
+            publish_campaign(s, "2026Q4", deployment="demo", trial_number=None, period_label=None,
+                             published_by="test", note=None)
+        engine.dispose()
+    r = client.get("/v1/deployments/demo/config")
+    assert r.status_code == 200 and r.headers["cache-control"].startswith("public, max-age=")
+    etag = r.headers["etag"]
+    assert client.get("/v1/deployments/demo/config",
+                      headers={"If-None-Match": etag}).status_code == 304
+    yaml_text = client.get("/v1/deployments/demo/config?format=yaml")
+    assert yaml_text.headers["content-type"].startswith("application/yaml")
+    assert yaml_text.text == r.json()["yaml"]
+    args = client.get("/v1/deployments/demo/config?format=args").text.splitlines()
+    assert args == r.json()["cli_args"]
+    bad = client.get("/v1/deployments/demo/config?format=toml")
+    assert bad.status_code == 422 and set(bad.json()) == {"error"}
+
+
+def test_campaigns_and_paginated_trials(client: TestClient) -> None:
+    campaigns = client.get("/v1/campaigns").json()["campaigns"]
+    assert [c["name"] for c in campaigns] == ["2026Q4"]
+    c = campaigns[0]
+    assert c["status"] == "completed" and c["deployment"] == "demo" and c["best_trial"] is not None
+    assert client.get(f"/v1/campaigns/{c['id']}").json() == c
+    page = client.get(f"/v1/campaigns/{c['id']}/trials?limit=2").json()
+    assert page["total"] == c["trials"] and len(page["trials"]) == min(2, c["trials"])
+    assert [t["number"] for t in page["trials"]] == sorted(t["number"] for t in page["trials"])
+    rest = client.get(f"/v1/campaigns/{c['id']}/trials?offset=2&limit=500").json()["trials"]
+    assert len(page["trials"]) + len(rest) == c["trials"]
+    measured = client.get(f"/v1/campaigns/{c['id']}/trials?state=measured").json()
+    assert all(t["state"] == "measured" for t in measured["trials"])
+    assert client.get("/v1/campaigns/999").status_code == 404
+    assert client.get(f"/v1/campaigns/{c['id']}/trials?state=odd").status_code == 422
