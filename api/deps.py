@@ -23,3 +23,22 @@ def get_session(engine: Annotated[Engine, Depends(get_engine)]) -> Iterator[Sess
 
 EngineDep = Annotated[Engine, Depends(get_engine)]
 SessionDep = Annotated[Session, Depends(get_session)]
+
+
+def require_writer(request: Request) -> str:
+    """Writes need `Authorization: Bearer <AUTOTUNE_API__TOKEN>`; with no token configured,
+    writes are refused. Compared in constant time."""
+    import hmac
+
+    from fastapi import HTTPException
+
+    token = request.app.state.settings.api.token
+    if not token:
+        raise HTTPException(403, "writes are disabled: set AUTOTUNE_API__TOKEN on the server")
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), token.encode()):
+        raise HTTPException(401, "a valid bearer token is needed: Authorization: Bearer <token>")
+    return "api"
+
+
+WriterDep = Annotated[str, Depends(require_writer)]

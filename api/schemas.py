@@ -89,3 +89,11 @@ class TrialPage(BaseModel):
     offset: int
     limit: int
     trials: list[TrialView]
+
+
+class PublishRequest(BaseModel):
+    campaign: str
+    trial: int | None = None  # default: the campaign's best feasible trial
+    period: str | None = None
+    note: str | None = None
+    by: str | None = None

@@ -7,9 +7,10 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from api.deps import SessionDep
-from api.schemas import ConfigResponse, ErrorResponse, HistoryEntry, HistoryResponse
-from autotune.publish import config_document
+from api.deps import SessionDep, WriterDep
+from api.schemas import ConfigResponse, ErrorResponse, HistoryEntry, HistoryResponse, PublishRequest
+from autotune.errors import NotFoundError
+from autotune.publish import config_document, publish_campaign
 from autotune.storage import repo
 
 router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
@@ -50,3 +51,28 @@ def history(name: str, session: SessionDep) -> HistoryResponse:
         doc = config_document(pub)
         entries.append(HistoryEntry(**{k: doc[k] for k in HistoryEntry.model_fields}))
     return HistoryResponse(deployment=dep.name, publications=entries)
+
+
+_WRITE = {**_NOT_FOUND, 401: {"model": ErrorResponse}, 403: {"model": ErrorResponse}}
+
+
+@router.post("/{name}/publish", response_model=ConfigResponse, responses=_WRITE)
+def publish(name: str, body: PublishRequest, session: SessionDep, writer: WriterDep) -> ConfigResponse:
+    """Publish a campaign's best feasible trial (or a given one) as the current config."""
+    repo.get_deployment(session, name)
+    pub = publish_campaign(session, body.campaign, deployment=name, trial_number=body.trial,
+                           period_label=body.period, published_by=body.by or writer, note=body.note)
+    return ConfigResponse(**config_document(pub))
+
+
+@router.post("/{name}/rollback", response_model=ConfigResponse, responses=_WRITE)
+def rollback(name: str, session: SessionDep, writer: WriterDep) -> ConfigResponse:
+    """Make the previous publication current again (as a new publication: history keeps all)."""
+    pubs = repo.publications(session, repo.get_deployment(session, name))
+    if len(pubs) < 2:
+        raise NotFoundError(f"deployment {name!r} has no earlier publication to roll back to")
+    current, previous = pubs[0], pubs[1]
+    pub = repo.publish(session, previous.campaign, previous.trial,
+                       period_label=previous.period_label, published_by=writer,
+                       note=f"rollback from trial {current.trial.number} of {current.campaign.name}")
+    return ConfigResponse(**config_document(pub))

@@ -126,3 +126,35 @@ def test_campaigns_and_paginated_trials(client: TestClient) -> None:
     assert all(t["state"] == "measured" for t in measured["trials"])
     assert client.get("/v1/campaigns/999").status_code == 404
     assert client.get(f"/v1/campaigns/{c['id']}/trials?state=odd").status_code == 422
+
+
+def test_writes_need_the_bearer_token_and_change_nothing_without_it(db_url: str) -> None:
+    with TestClient(create_app(Settings(database_url=db_url))) as open_client:
+        before = open_client.get("/v1/deployments/demo/history").json()
+        r = open_client.post("/v1/deployments/demo/publish", json={"campaign": "2026Q4"},
+                             headers={"Authorization": "Bearer anything"})
+        assert r.status_code == 403 and "AUTOTUNE_API__TOKEN" in r.json()["error"]["message"]
+    settings = Settings(database_url=db_url, api={"token": "s3cret"})  # type: ignore[arg-type]
+    with TestClient(create_app(settings)) as c:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+            r = c.post("/v1/deployments/demo/publish", json={"campaign": "2026Q4"},
+                       headers=headers)
+            assert r.status_code == 401, headers
+        assert c.post("/v1/deployments/demo/rollback").status_code == 401
+        assert c.get("/v1/deployments/demo/history").json() == before
+
+        auth = {"Authorization": "Bearer s3cret"}
+        trials = c.get("/v1/campaigns/1/trials?state=measured").json()["trials"]
+        feasible = [t["number"] for t in trials if t["feasible"]]
+        first = c.post("/v1/deployments/demo/publish", headers=auth,
+                       json={"campaign": "2026Q4", "trial": feasible[-1], "note": "by API"})
+        assert first.status_code == 200 and first.json()["trial"] == feasible[-1]
+        best = c.post("/v1/deployments/demo/publish", headers=auth, json={"campaign": "2026Q4"})
+        assert best.json()["trial"] == c.get("/v1/campaigns/1").json()["best_trial"]
+        back = c.post("/v1/deployments/demo/rollback", headers=auth)
+        assert back.status_code == 200 and back.json()["trial"] == feasible[-1]
+        assert c.get("/v1/deployments/demo/config").json()["trial"] == feasible[-1]
+        history = c.get("/v1/deployments/demo/history").json()["publications"]
+        assert len(history) == len(before["publications"]) + 3
+        missing = c.post("/v1/deployments/demo/publish", headers=auth, json={"campaign": "nope"})
+        assert missing.status_code == 404 and set(missing.json()) == {"error"}
