@@ -10,9 +10,11 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -121,10 +123,8 @@ def _is_mooncake(first_line: str) -> bool:
     return isinstance(rec, dict) and {"timestamp", "input_length", "output_length"} <= set(rec)
 
 
-def _load_mooncake(path: Path) -> Trace:
-    """Mooncake (FAST'25) JSONL: timestamp in ms from the start, input_length, output_length,
-    hash_ids of 512-token prompt blocks."""
-    rows: list[dict[str, object]] = []
+def _json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(row number, object) for every non-empty line of a JSONL file."""
     with path.open() as f:
         for row, line in enumerate(f, start=1):
             if not line.strip():
@@ -133,24 +133,39 @@ def _load_mooncake(path: Path) -> Trace:
                 rec = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise _row_error(path, row, "*", f"not a JSON object ({exc.msg})") from None
-            for col in ("timestamp", "input_length", "output_length"):
-                value = rec.get(col) if isinstance(rec, dict) else None
-                if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-                    raise _row_error(path, row, col, f"expected a non-negative number, got {value!r}")
-            if rec["input_length"] < 1 or rec["output_length"] < 1:
-                raise _row_error(path, row, "input_length/output_length", "must be at least 1")
-            ids = rec.get("hash_ids") or []
-            if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
-                raise _row_error(path, row, "hash_ids", "expected a list of integers")
-            rows.append({"arrival_s": rec["timestamp"] / 1000.0, "prompt_tokens": int(rec["input_length"]),
-                         "output_tokens": int(rec["output_length"]), "hash_ids": ids,
-                         "hash_block_tokens": MOONCAKE_BLOCK_TOKENS})
-    if not rows:
-        raise TraceError(f"trace file {path} holds no requests; give a trace with at least one row")
-    rows.sort(key=lambda r: float(r["arrival_s"]))  # type: ignore[arg-type]
-    trace = Trace.from_rows(path.stem, rows)
-    return Trace(trace.name, trace.arrival_s, trace.prompt_tokens, trace.output_tokens,
-                 trace.hash_ids, trace.hash_block_tokens, file_digest(path))
+            if not isinstance(rec, dict):
+                raise _row_error(path, row, "*", "not a JSON object")
+            yield row, rec
+
+
+def _check_lengths(path: Path, row: int, rec: dict[str, Any], cols: tuple[str, str, str]) -> None:
+    """cols: the time, prompt-length and output-length columns of this format."""
+    for col in cols:
+        value = rec.get(col)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+            raise _row_error(path, row, col, f"expected a non-negative number, got {value!r}")
+    if rec[cols[1]] < 1 or rec[cols[2]] < 1:
+        raise _row_error(path, row, f"{cols[1]}/{cols[2]}", "must be at least 1")
+
+
+def _hash_ids(path: Path, row: int, rec: dict[str, Any]) -> list[int]:
+    ids = rec.get("hash_ids") or []
+    if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+        raise _row_error(path, row, "hash_ids", "expected a list of integers")
+    return ids
+
+
+def _load_mooncake(path: Path) -> Trace:
+    """Mooncake (FAST'25) JSONL: timestamp in ms from the start, input_length, output_length,
+    hash_ids of 512-token prompt blocks."""
+    rows: list[dict[str, object]] = []
+    for row, rec in _json_lines(path):
+        _check_lengths(path, row, rec, ("timestamp", "input_length", "output_length"))
+        ids = _hash_ids(path, row, rec)
+        rows.append({"arrival_s": rec["timestamp"] / 1000.0, "prompt_tokens": int(rec["input_length"]),
+                     "output_tokens": int(rec["output_length"]), "hash_ids": ids,
+                     "hash_block_tokens": MOONCAKE_BLOCK_TOKENS})
+    return _imported(path, rows)
 
 
 def _load_azure_csv(path: Path) -> Trace:
@@ -179,9 +194,16 @@ def _load_azure_csv(path: Path) -> Trace:
             rows.append({"arrival_s": (when - t0).total_seconds(),
                          "prompt_tokens": values["ContextTokens"],
                          "output_tokens": values["GeneratedTokens"]})
+    return _imported(path, rows)
+
+
+def _imported(path: Path, rows: list[dict[str, object]]) -> Trace:
+    """A trace from an importer's rows, sorted by arrival, with the file's digest.
+
+    Sorting is a documented repair, not a refusal: public traces and gateway logs are written by
+    many servers and are only nearly sorted."""
     if not rows:
         raise TraceError(f"trace file {path} holds no requests; give a trace with at least one row")
-    # Repair, not refusal: these logs are written by many servers and are only nearly sorted.
     rows.sort(key=lambda r: float(r["arrival_s"]))  # type: ignore[arg-type]
     trace = Trace.from_rows(path.stem, rows)
     return Trace(trace.name, trace.arrival_s, trace.prompt_tokens, trace.output_tokens,
@@ -195,37 +217,21 @@ def _load_jsonl(path: Path) -> Trace:
     hashes: list[tuple[int, ...]] = []
     texts: list[str | None] = []
     block_tokens = 0
-    with path.open() as f:
-        for row, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise _row_error(path, row, "*", f"not a JSON object ({exc.msg})") from None
-            if not isinstance(rec, dict):
-                raise _row_error(path, row, "*", "not a JSON object")
-            for col in ("arrival_s", "prompt_tokens", "output_tokens"):
-                value = rec.get(col)
-                if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-                    raise _row_error(path, row, col, f"expected a non-negative number, got {value!r}")
-            if rec["prompt_tokens"] < 1 or rec["output_tokens"] < 1:
-                raise _row_error(path, row, "prompt_tokens/output_tokens", "must be at least 1")
-            if arrival and rec["arrival_s"] < arrival[-1]:
-                raise _row_error(path, row, "arrival_s", "arrivals must not go back in time")
-            text = rec.get("prompt")
-            if text is not None and not isinstance(text, str):
-                raise _row_error(path, row, "prompt", "expected the prompt text as a string")
-            ids = rec.get("hash_ids") or []
-            if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
-                raise _row_error(path, row, "hash_ids", "expected a list of integers")
-            if ids:
-                block_tokens = int(rec.get("hash_block_tokens", block_tokens or 512))
-            arrival.append(float(rec["arrival_s"]))
-            prompt.append(int(rec["prompt_tokens"]))
-            output.append(int(rec["output_tokens"]))
-            hashes.append(tuple(ids))
-            texts.append(text)
+    for row, rec in _json_lines(path):
+        _check_lengths(path, row, rec, ("arrival_s", "prompt_tokens", "output_tokens"))
+        if arrival and rec["arrival_s"] < arrival[-1]:
+            raise _row_error(path, row, "arrival_s", "arrivals must not go back in time")
+        text = rec.get("prompt")
+        if text is not None and not isinstance(text, str):
+            raise _row_error(path, row, "prompt", "expected the prompt text as a string")
+        ids = _hash_ids(path, row, rec)
+        if ids:
+            block_tokens = int(rec.get("hash_block_tokens", block_tokens or 512))
+        arrival.append(float(rec["arrival_s"]))
+        prompt.append(int(rec["prompt_tokens"]))
+        output.append(int(rec["output_tokens"]))
+        hashes.append(tuple(ids))
+        texts.append(text)
     if not arrival:
         raise TraceError(f"trace file {path} holds no requests; give a trace with at least one row")
     start = arrival[0]
