@@ -214,13 +214,16 @@ def publish(
     campaign: Annotated[str, typer.Option(help="Campaign whose winner to publish.")],
     deployment: Annotated[str | None, typer.Option(help="Needed if several have it.")] = None,
     trial: Annotated[int | None, typer.Option(help="Publish this trial instead.")] = None,
-    period: Annotated[str | None, typer.Option(help="Period label (default: campaign name).")] = None,
+    period: Annotated[str | None, typer.Option(
+        help="Period label (default: the campaign's name if it is one, like 2026Q4, "
+             "else this quarter).")] = None,
     by: Annotated[str | None, typer.Option(help="Who publishes (default: $USER).")] = None,
     note: Annotated[str | None, typer.Option(help="A note kept with the publication.")] = None,
 ) -> None:
     """Publish a campaign's best feasible trial (or a given one) as the deployment's config."""
     import getpass
 
+    from autotune.engine_config import EngineConfig
     from autotune.publish import publish_campaign
     from autotune.storage.db import session_scope
 
@@ -228,12 +231,12 @@ def publish(
     with session_scope(engine) as s:
         pub = publish_campaign(s, campaign, deployment=deployment, trial_number=trial,
                                period_label=period, published_by=by or getpass.getuser(), note=note)
-        console.print(f"published trial {pub.trial.number} of campaign {pub.campaign.name!r} "
-                      f"for deployment {pub.deployment.name!r} ({pub.period_label}):")
-        from autotune.engine_config import EngineConfig
-
-        console.print("  " + " ".join(EngineConfig(**pub.engine_config).to_cli_args()),
-                      soft_wrap=True)
+        done = (f"published trial {pub.trial.number} of campaign {pub.campaign.name!r} for "
+                f"deployment {pub.deployment.name!r} ({pub.period_label}):")
+        args = " ".join(EngineConfig(**pub.engine_config).to_cli_args())
+    # Printed after the commit: a closed stdout (`| head -1`) must not undo the publication.
+    console.print(done)
+    console.print("  " + args, soft_wrap=True)
 
 
 @app.command()

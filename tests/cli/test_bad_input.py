@@ -97,3 +97,20 @@ def test_publish_unknown_campaign(migrated_sqlite: str) -> None:
     proc = run_cli("publish", "--campaign", "2031Q1",
                    env={"AUTOTUNE_DATABASE_URL": migrated_sqlite})
     _assert_one_line_error(proc, "no campaign named '2031Q1'")
+
+
+def test_publish_survives_a_closed_stdout(tmp_path: Path) -> None:
+    """`autotune publish ... | head -1`: the publication is committed before anything is printed."""
+    import subprocess
+
+    from tests.conftest import AUTOTUNE
+
+    env = {"AUTOTUNE_DATABASE_URL": f"sqlite:///{tmp_path / 'a.db'}"}
+    assert run_cli("db", "upgrade", env=env).returncode == 0
+    assert run_cli("tune", "--trials", "3", env=env).returncode == 0
+    subprocess.run(f"{AUTOTUNE} publish --campaign demo | head -c 1 > /dev/null", shell=True,
+                   env={**__import__("os").environ, **env}, timeout=120, check=False)
+    engine = sa.create_engine(env["AUTOTUNE_DATABASE_URL"])
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT COUNT(*) FROM autotune_publications").scalar_one() == 1
+    engine.dispose()
