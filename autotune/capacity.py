@@ -28,19 +28,15 @@ def run_trial(spec: TrialSpec, backend: EngineBackend) -> TrialOutcome:
         log.info("%s trial %d: engine failed to start (%s): %s", spec.study_name,
                  spec.trial_number, exc.failure_class, exc)
         backend.stop()
-        return TrialOutcome(trial_number=spec.trial_number, capacity_output_tok_s=0.0,
-                            capacity_rate_scale=0.0, at_capacity=None, at_recorded_rate=None,
-                            failure_class=exc.failure_class, failure_message=str(exc),
-                            start_s=time.monotonic() - t0)
+        return TrialOutcome.failed(spec.trial_number, exc.failure_class, str(exc),
+                                   start_s=time.monotonic() - t0)
     t1 = time.monotonic()
     try:
         outcome = _search(spec, backend, start_s=t1 - t0, t1=t1)
     except ReplayError as exc:  # died or ran out of memory under load: not a config to publish
         log.info("%s trial %d: %s", spec.study_name, spec.trial_number, exc)
-        outcome = TrialOutcome(trial_number=spec.trial_number, capacity_output_tok_s=0.0,
-                               capacity_rate_scale=0.0, at_capacity=None, at_recorded_rate=None,
-                               failure_class=exc.failure_class, failure_message=str(exc),
-                               start_s=t1 - t0, measure_s=time.monotonic() - t1)
+        outcome = TrialOutcome.failed(spec.trial_number, exc.failure_class, str(exc),
+                                      start_s=t1 - t0, measure_s=time.monotonic() - t1)
     finally:
         telemetry = backend.telemetry()
         backend.stop()
@@ -79,12 +75,10 @@ def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: floa
         best = (scale, summary)
         passing.append(best)
     if replays and replays[0]["client_bound"]:
-        return TrialOutcome(trial_number=spec.trial_number, capacity_output_tok_s=0.0,
-                            capacity_rate_scale=0.0, at_capacity=None, at_recorded_rate=None,
-                            failure_class="client_bound",
-                            failure_message="the replay client could not keep the schedule at "
-                                            "the recorded rate; nothing was measured",
-                            start_s=start_s, measure_s=time.monotonic() - t1, replays=replays)
+        return TrialOutcome.failed(
+            spec.trial_number, "client_bound",
+            "the replay client could not keep the schedule at the recorded rate; nothing was "
+            "measured", start_s=start_s, measure_s=time.monotonic() - t1, replays=replays)
     if best is not None and failed_at is not None:
         lo, hi = best[0], failed_at
         for _ in range(spec.search.bisect_steps):
@@ -97,11 +91,9 @@ def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: floa
                 hi = mid
     measure_s = time.monotonic() - t1
     if best is None:
-        return TrialOutcome(trial_number=spec.trial_number, capacity_output_tok_s=0.0,
-                            capacity_rate_scale=0.0, at_capacity=None, at_recorded_rate=recorded,
-                            failure_class="slo_miss",
-                            failure_message="misses the SLO at the recorded rate",
-                            start_s=start_s, measure_s=measure_s, replays=replays)
+        return TrialOutcome.failed(spec.trial_number, "slo_miss",
+                                   "misses the SLO at the recorded rate", at_recorded_rate=recorded,
+                                   start_s=start_s, measure_s=measure_s, replays=replays)
     # The highest throughput among the replays that met the SLO: on short traces the measured
     # rate is not monotonic in the multiplier (a replay's drain tail counts), so the best
     # passing replay is taken, not merely the fastest-offered one.

@@ -69,12 +69,10 @@ def execute_trial(spec: TrialSpec) -> TrialOutcome:
     except Exception as exc:  # a bug in a backend must cost one trial, not the campaign
         log.error("%s trial %d crashed in the worker: %s", spec.study_name, spec.trial_number,
                   traceback.format_exc())
-        return TrialOutcome(trial_number=spec.trial_number, capacity_output_tok_s=0.0,
-                            capacity_rate_scale=0.0, at_capacity=None, at_recorded_rate=None,
-                            failure_class="worker_error",
-                            failure_message=f"{type(exc).__name__}: {exc}",
-                            measure_s=time.monotonic() - t0, started_at_epoch_s=started,
-                            worker=worker)
+        return TrialOutcome.failed(spec.trial_number, "worker_error",
+                                   f"{type(exc).__name__}: {exc}",
+                                   measure_s=time.monotonic() - t0, started_at_epoch_s=started,
+                                   worker=worker)
 
 
 class InlineExecutor(Executor):

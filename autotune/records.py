@@ -118,6 +118,15 @@ class TrialOutcome(BaseModel):
     worker: dict[str, Any] = {}  # where it ran: host, pid, the GPUs it was given
     telemetry: dict[str, Any] = {}  # GPU memory and utilisation seen during the trial
 
+    @classmethod
+    def failed(cls, trial_number: int, failure_class: str, message: str,
+               **fields: Any) -> TrialOutcome:
+        """An outcome with no capacity: the engine failed, the SLO was missed, or nothing could
+        be measured. `fields` adds what is known (timings, the summary at the recorded rate)."""
+        values: dict[str, Any] = {"at_capacity": None, "at_recorded_rate": None, **fields}
+        return cls(trial_number=trial_number, capacity_output_tok_s=0.0, capacity_rate_scale=0.0,
+                   failure_class=failure_class, failure_message=message, **values)
+
 
 def percentile_ms(values: np.ndarray, q: float, weights: np.ndarray | None = None) -> float:
     """The q-th percentile in milliseconds (inverted CDF); NaN when there are no values."""

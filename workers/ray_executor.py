@@ -32,9 +32,7 @@ class TrialActor:
 
 
 def _infra_failure(spec: TrialSpec, message: str) -> TrialOutcome:
-    return TrialOutcome(trial_number=spec.trial_number, capacity_output_tok_s=0.0,
-                        capacity_rate_scale=0.0, at_capacity=None, at_recorded_rate=None,
-                        failure_class="infrastructure", failure_message=message)
+    return TrialOutcome.failed(spec.trial_number, "infrastructure", message)
 
 
 def _probe(address: str) -> None:
