@@ -1,8 +1,9 @@
 """Hardware and model facts the baselines and the simulator need.
 
-Numbers are vendors' datasheet figures (dense, no sparsity) and the models' published sizes.
-The simulator's per-model KV layouts here are first approximations; the simulator issue replaces
-them with full layouts from the models' configurations.
+GPU figures are the vendors' datasheet numbers (dense, no sparsity). Model figures are the
+architecture numbers of each model's published `config.json` and model card; every entry names
+its source. Parameter counts are the model cards' (total and active per token); the simulator
+derives its KV-cache layout and its expert counts from the architecture numbers here.
 """
 
 from __future__ import annotations
@@ -24,20 +25,68 @@ class GPU:
     a100_class: bool = False
 
 
+# Attention kinds the simulator's KV layout knows.
+GQA, MLA, DSV4 = "gqa", "mla", "dsv4"
+
+
 @dataclass(frozen=True)
 class Model:
     name: str
-    total_params_b: float  # billions
-    active_params_b: float  # billions per token
-    weight_bytes_per_param: float  # as served (FP8 = 1, BF16 = 2)
+    total_params_b: float  # billions, model card
+    active_params_b: float  # billions per token, model card
+    # Bytes per parameter as served: dense (attention, shared experts, embeddings) and routed
+    # experts separately, since DeepSeek-V4 ships its experts in FP4 and the rest in FP8.
+    dense_bytes_per_param: float
+    expert_bytes_per_param: float
     num_layers: int
     hidden_size: int
-    kv_bytes_per_token: int  # whole model, all layers, as served
-    kv_replicated_across_tp: bool  # MLA-style latent caches are replicated on every TP rank
+    vocab_size: int
     max_context: int
+    attention: str  # GQA, MLA or DSV4
+    num_heads: int
+    num_kv_heads: int  # GQA; 1 for the latent (replicated) caches of MLA and DSV4
+    head_dim: int  # GQA and DSV4 (the shared K=V entry width); MLA: qk_nope + rope
+    intermediate_size: int  # dense MLP width (dense layers only)
     source: str
-    num_experts: int = 0  # routed experts per MoE layer; 0 for a dense model
+    kv_lora_rank: int = 0  # MLA latent width
+    qk_rope_head_dim: int = 0  # MLA / DSV4 rotary part of each entry
+    v_head_dim: int = 0  # MLA
+    # DSV4 hybrid attention: per-layer compression ratio (0 = sliding window only), the raw
+    # window every layer keeps, and the CSA indexer's key width and top-k.
+    compress_ratios: tuple[int, ...] = ()
+    sliding_window: int = 0
+    index_head_dim: int = 0
+    index_topk: int = 0
+    # Mixture of experts: routed experts per MoE layer (0 = dense model), how many a token
+    # uses, the width of one expert, shared experts, and how many leading layers are dense.
+    num_experts: int = 0
     experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    num_shared_experts: int = 0
+    first_dense_layers: int = 0
+
+    @property
+    def moe_layers(self) -> int:
+        return self.num_layers - self.first_dense_layers if self.num_experts else 0
+
+    @property
+    def routed_expert_params(self) -> float:
+        """Parameters of all routed experts together (gate, up and down projections)."""
+        return float(self.moe_layers * self.num_experts * 3 * self.hidden_size
+                     * self.moe_intermediate_size)
+
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes of the served weights, all GPUs together."""
+        experts = min(self.routed_expert_params, self.total_params_b * 1e9)
+        dense = self.total_params_b * 1e9 - experts
+        return dense * self.dense_bytes_per_param + experts * self.expert_bytes_per_param
+
+
+def _dsv4_ratios(layers: int) -> tuple[int, ...]:
+    # Layers 0 and 1 keep only the sliding window; from layer 2 on, layers alternate between
+    # CSA (ratio 4, with an indexer) and HCA (ratio 128), starting with CSA.
+    return (0, 0) + tuple(4 if i % 2 == 0 else 128 for i in range(2, layers))
 
 
 GPUS: dict[str, GPU] = {
@@ -48,25 +97,55 @@ GPUS: dict[str, GPU] = {
         GPU("H100-80GB", "gpu", 79.6, 3.35, 989, 1979, 450),
         GPU("H200-141GB", "gpu", 140.4, 4.8, 989, 1979, 450),
         GPU("L40S", "gpu", 45.0, 0.864, 362, 733, 32),
-        # The vLLM CPU build; memory is what VLLM_CPU_KVCACHE_SPACE and weights may use.
-        GPU("cpu", "cpu", 16.0, 0.05, 1.0, 1.0, 10),
+        # The vLLM CPU build; its KV cache is VLLM_CPU_KVCACHE_SPACE, not a share of memory.
+        # Bandwidth and FLOPs are a 2-core VM's order of magnitude; calibration fits the rest.
+        GPU("cpu", "cpu", 16.0, 0.02, 0.2, 0.2, 10),
     )
 }
 
 MODELS: dict[str, Model] = {
     m.name: m
     for m in (
-        Model("DeepSeek-V4-Flash", 284, 13, 1.0, 43, 4096, 9_000, True, 1_048_576,
-              "DeepSeek-V4 model card (284B total, 13B active, 1M context, FP8 weights); "
-              "KV per token approximated from its ~10x compressed hybrid attention vs V3; "
-              "expert counts assumed as in V3 (256 routed, 8 per token)", 256, 8),
-        Model("DeepSeek-V3", 671, 37, 1.0, 61, 7168, 70_272, True, 163_840,
-              "DeepSeek-V3 config.json: 61 layers, MLA kv_lora_rank 512 + rope 64, bf16 cache; "
-              "256 routed experts, 8 per token", 256, 8),
-        Model("Llama-3.1-8B", 8.03, 8.03, 2.0, 32, 4096, 131_072, False, 131_072,
-              "Llama-3.1-8B config.json: 32 layers, 8 KV heads of dim 128, bf16"),
-        Model("tiny-llama", 0.02, 0.02, 2.0, 2, 256, 2_048, False, 2_048,
-              "the tiny test model autotune writes: 2 layers, 2 KV heads of dim 128, bf16"),
+        Model("DeepSeek-V4-Flash", 284, 13, 1.0, 0.53, 43, 4096, 129_280, 1_048_576,
+              DSV4, 64, 1, 512, 0,
+              "deepseek-ai/DeepSeek-V4-Flash config.json and model card: 43 layers, hidden 4096, "
+              "64 heads, one 512-wide K=V entry (rope 64), sliding window 128, compress_ratios "
+              "0,0 then 4/128 alternating, indexer 128-wide top-512; 256 routed experts + 1 "
+              "shared, 6 per token, expert width 2048, all layers MoE; 284B total, 13B active; "
+              "experts FP4 (0.5 B + block scales), the rest FP8",
+              qk_rope_head_dim=64, compress_ratios=_dsv4_ratios(43), sliding_window=128,
+              index_head_dim=128, index_topk=512, num_experts=256, experts_per_token=6,
+              moe_intermediate_size=2048, num_shared_experts=1),
+        Model("DeepSeek-V4-Pro", 1600, 49, 1.0, 0.53, 61, 7168, 129_280, 1_048_576,
+              DSV4, 128, 1, 512, 0,
+              "deepseek-ai/DeepSeek-V4-Pro config.json and model card: 61 layers, hidden 7168, "
+              "128 heads, 512-wide K=V entry (rope 64), sliding window 128, the Flash "
+              "compression pattern; 384 routed experts + 1 shared, 6 per token, expert width "
+              "3072; 1.6T total, 49B active; experts FP4, the rest FP8",
+              qk_rope_head_dim=64, compress_ratios=_dsv4_ratios(61), sliding_window=128,
+              index_head_dim=128, index_topk=512, num_experts=384, experts_per_token=6,
+              moe_intermediate_size=3072, num_shared_experts=1),
+        Model("DeepSeek-V3", 671, 37, 1.0, 1.0, 61, 7168, 129_280, 163_840,
+              MLA, 128, 1, 192, 18_432,
+              "deepseek-ai/DeepSeek-V3 config.json: 61 layers, hidden 7168, 128 heads, MLA "
+              "kv_lora_rank 512 + qk_rope 64 (qk_nope 128, v 128); 256 routed experts + 1 "
+              "shared, 8 per token, expert width 2048, first 3 layers dense (18432); FP8",
+              kv_lora_rank=512, qk_rope_head_dim=64, v_head_dim=128, num_experts=256,
+              experts_per_token=8, moe_intermediate_size=2048, num_shared_experts=1,
+              first_dense_layers=3),
+        Model("Llama-3.1-8B", 8.03, 8.03, 2.0, 2.0, 32, 4096, 128_256, 131_072,
+              GQA, 32, 8, 128, 14_336,
+              "meta-llama/Llama-3.1-8B config.json: 32 layers, hidden 4096, 32 heads, 8 KV "
+              "heads of dim 128, MLP 14336, vocab 128256; BF16"),
+        Model("Qwen3-8B", 8.19, 8.19, 2.0, 2.0, 36, 4096, 151_936, 40_960,
+              GQA, 32, 8, 128, 12_288,
+              "Qwen/Qwen3-8B config.json: 36 layers, hidden 4096, 32 heads, 8 KV heads of dim "
+              "128, MLP 12288, vocab 151936, max_position_embeddings 40960; BF16"),
+        Model("tiny-llama", 0.003, 0.003, 2.0, 2.0, 2, 256, 2_048, 4_096,
+              GQA, 4, 2, 64, 1_024,
+              "the tiny model `autotune models make-tiny` writes (autotune/tiny_model.py "
+              "defaults): 2 layers, hidden 256, 4 heads, 2 KV heads of dim 64, MLP 1024, vocab "
+              "2048; BF16"),
     )
 }
 

@@ -8,7 +8,7 @@ to vLLM's own argument parser, so a flag vLLM does not know never reaches an eng
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -40,6 +40,10 @@ class EngineConfig(BaseModel):
     enable_chunked_prefill: bool | None = None
     enable_prefix_caching: bool | None = None
     gpu_memory_utilization: float | None = Field(default=None, gt=0.0, le=1.0)
+    # 0 = no cap: a prefill takes as much of the step's token budget as it can.
+    long_prefill_token_threshold: int | None = Field(default=None, ge=0)
+    kv_cache_dtype: Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"] | None = None
+    enforce_eager: bool | None = None
 
     @field_validator("gpu_memory_utilization")
     @classmethod

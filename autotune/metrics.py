@@ -52,6 +52,10 @@ def summarize(result: ReplayResult, slo: SLO | None = None) -> LatencySummary:
         send_lag_p99_ms=(percentile_ms(result.send_lag_s, 99.0)
                          if result.send_lag_s is not None else None),
         goodput_request_s=_goodput(result, slo, duration) if slo is not None else None,
+        queue_p50_ms=(percentile_ms(result.queue_s[ok], 50.0)
+                      if result.queue_s is not None else None),
+        queue_p99_ms=(percentile_ms(result.queue_s[ok], 99.0)
+                      if result.queue_s is not None else None),
         **fields,
     )
 

@@ -28,6 +28,9 @@ class ReplayResult:
     engine_stats: dict[str, float] = field(default_factory=dict)  # e.g. preemptions
     # Real replays: how late each request left the client (the simulator has none).
     send_lag_s: np.ndarray | None = None
+    # From the intended send time to the step that first scheduled the request (the simulator
+    # knows it; a real replay sees only TTFT, which includes it).
+    queue_s: np.ndarray | None = None
 
 
 class LatencySummary(BaseModel):
@@ -59,6 +62,8 @@ class LatencySummary(BaseModel):
     e2e_p99_9_ms: float
     send_lag_p99_ms: float | None = None  # real replays: how late the client sent (P99)
     goodput_request_s: float | None = None  # requests/s within every per-request ceiling
+    queue_p50_ms: float | None = None  # simulated replays: time waiting to be scheduled
+    queue_p99_ms: float | None = None
     engine_stats: dict[str, float] = {}
 
 

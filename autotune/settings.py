@@ -34,6 +34,14 @@ class EngineSettings(BaseModel):
         return None
 
 
+class SimSettings(BaseModel):
+    """The simulator backend."""
+
+    # Profiles fitted by `autotune sim calibrate` are saved here, and found before the bundled
+    # defaults when a simulated engine starts.
+    profile_dir: str = "runs/sim-profiles"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="AUTOTUNE_", env_nested_delimiter="__", extra="ignore"
@@ -45,6 +53,7 @@ class Settings(BaseSettings):
     ray_address: str | None = None
     api: ApiSettings = ApiSettings()
     engine: EngineSettings = EngineSettings()
+    sim: SimSettings = SimSettings()
     log_level: str = "WARNING"  # per-trial lines are INFO
 
 

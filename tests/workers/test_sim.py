@@ -1,4 +1,4 @@
-"""The first simulator responds to engine arguments in the directions real vLLM does."""
+"""Behaviour: the simulator responds to engine arguments in the directions real vLLM does."""
 
 from __future__ import annotations
 
@@ -82,8 +82,10 @@ def test_less_kv_memory_means_preemption_and_less_throughput(long_prompts: Trace
     tight = run(base.merged(gpu_memory_utilization=0.5), L40S, long_prompts, 4)
     roomy = run(base.merged(gpu_memory_utilization=0.9), L40S, long_prompts, 4)
     assert tight.engine_stats["kv_blocks"] < roomy.engine_stats["kv_blocks"]
-    assert tight.engine_stats["preemptions"] > roomy.engine_stats["preemptions"]
-    assert tight.output_tok_s < roomy.output_tok_s
+    # Preemption counts are not monotonic in memory (a tight cache admits fewer requests in the
+    # first place); that it happens, and costs throughput, is.
+    assert tight.engine_stats["preemptions"] > 0
+    assert tight.output_tok_s < 0.8 * roomy.output_tok_s
 
 
 def test_prefix_caching_hits_shared_prompts_and_lowers_ttft(demo_trace: Trace) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 
 from autotune.backends import EngineBackend
@@ -10,45 +13,84 @@ from autotune.deployment import DeploymentSpec
 from autotune.engine_config import EngineConfig
 from autotune.errors import EngineStartError
 from autotune.records import ReplayResult
+from autotune.settings import get_settings
 from autotune.traffic.trace import Trace
 from workers.sim.perf import EngineShape, PerfModel, StartFailure
+from workers.sim.profile import Profile, find_profile, load_profile
 from workers.sim.scheduler import simulate
 
+# Engine arguments vLLM resolves itself when they are not given (besides the baselines' ones).
+_IMPLICIT = {"long_prefill_token_threshold": 0, "kv_cache_dtype": "auto", "enforce_eager": False}
 
-def _check_args(values: dict[str, object], device: str) -> None:
+
+def _check_args(values: dict[str, Any], device: str) -> None:
     """The start-up checks vLLM itself makes, with the failure class a real start would get."""
-    if values["max_num_batched_tokens"] < values["max_num_seqs"]:  # type: ignore[operator]
+    if values["max_num_batched_tokens"] < values["max_num_seqs"]:
         raise StartFailure("max_num_batched_tokens must be >= max_num_seqs", "invalid_args")
     if not values["enable_chunked_prefill"] and (
-            values["max_num_batched_tokens"] < values["max_model_len"]):  # type: ignore[operator]
+            values["max_num_batched_tokens"] < values["max_model_len"]):
         raise StartFailure("without chunked prefill max_num_batched_tokens must be >= "
                            "max_model_len", "invalid_args")
     multiple = 32 if device == "cpu" else 16
-    if values["block_size"] % multiple:  # type: ignore[operator]
+    if values["block_size"] % multiple:
         raise StartFailure(f"block_size must be a multiple of {multiple} on {device}",
                            "invalid_args")
+    if device == "cpu" and str(values["kv_cache_dtype"]).startswith("fp8"):
+        raise StartFailure("the CPU backend has no fp8 KV cache", "invalid_args")
+
+
+def engine_shape(config: EngineConfig, deployment: DeploymentSpec) -> EngineShape:
+    values = {**_IMPLICIT, **effective_values(config, deployment)}
+    try:
+        _check_args(values, deployment.gpu_info.device)
+    except StartFailure as exc:
+        raise EngineStartError(f"simulated engine failed to start: {exc}",
+                               exc.failure_class) from None
+    return EngineShape(**{f: values[f] for f in EngineShape.__dataclass_fields__})
 
 
 class SimulatorBackend(EngineBackend):
-    """Deterministic for a given seed. Holds no live resources: picklable for Ray."""
+    """Deterministic for a given seed. Holds no live resources: picklable for Ray.
+
+    Options: `profile` (a profile file; default: the newest calibrated one for the deployment's
+    GPU and model, else the bundled default), `cpu_kvcache_space_gib` (the CPU build's KV space,
+    as the `vllm` backend sets VLLM_CPU_KVCACHE_SPACE), `skip_decode_runs` (False: step through
+    every engine step; the reference the fast path is checked against).
+    """
 
     name = "sim"
 
-    def __init__(self, skip_decode_runs: bool = True) -> None:
+    def __init__(self, skip_decode_runs: bool = True, profile: str | None = None,
+                 cpu_kvcache_space_gib: float = 1.0) -> None:
         self._perf: PerfModel | None = None
         self.skip_decode_runs = skip_decode_runs
+        self.profile_path = profile
+        self.cpu_kvcache_space_gib = float(cpu_kvcache_space_gib)
+
+    def profile_for(self, deployment: DeploymentSpec) -> Profile:
+        if self.profile_path:
+            return load_profile(Path(self.profile_path))
+        gpu = deployment.gpu_info
+        return find_profile(gpu.name, deployment.model_info.name, gpu.device,
+                            Path(get_settings().sim.profile_dir))
 
     def start(self, config: EngineConfig, deployment: DeploymentSpec, *,
               label: str = "engine") -> None:
-        values = effective_values(config, deployment)
-        gpu = deployment.gpu_info
+        shape = engine_shape(config, deployment)
+        self.start_shape(shape, deployment, self.profile_for(deployment))
+
+    def start_shape(self, shape: EngineShape, deployment: DeploymentSpec, profile: Profile) -> None:
         try:
-            _check_args(values, gpu.device)
-            shape = EngineShape(**{f: values[f] for f in EngineShape.__dataclass_fields__})
-            self._perf = PerfModel(gpu, deployment.model_info, shape)
+            self._perf = PerfModel(deployment.gpu_info, deployment.model_info, shape, profile,
+                                   cpu_kvcache_space_gib=self.cpu_kvcache_space_gib)
         except StartFailure as exc:
             raise EngineStartError(f"simulated engine failed to start: {exc}",
                                    exc.failure_class) from None
+
+    @property
+    def perf(self) -> PerfModel:
+        assert self._perf is not None, "start() first"
+        return self._perf
 
     def replay(self, trace: object, rate_scale: float, seed: int) -> ReplayResult:
         assert isinstance(trace, Trace) and self._perf is not None, "start() first"

@@ -1,28 +1,33 @@
-"""Memory accounting and step times for the simulator, from catalogue figures.
+"""Memory accounting and step times of the simulated engine.
 
-First version: a roofline per step (weights and KV bytes against HBM bandwidth, linear-layer
-FLOPs against peak) plus all-reduce, CPU overhead and a per-KV-block cost. The coefficients are
-plain constants here; the simulator issue makes them a calibrated, versioned profile.
+Memory follows vLLM's start-up profile: the engine may use `gpu_memory_utilization` of the GPU;
+weights (per GPU), the activation peak of a `max_num_batched_tokens` forward pass (plus the
+sampler's logits for `max_num_seqs` rows), the CUDA-graph pool and the CUDA context come off
+that; what is left becomes KV blocks. An engine whose KV cache cannot hold one `max_model_len`
+sequence, or that has no memory left at all, fails to start with class "oom", as vLLM does.
+The CPU build keeps its KV cache in `VLLM_CPU_KVCACHE_SPACE` GiB instead.
+
+A step's time is a roofline per part (linear layers: weight bytes against FLOPs, MoE layers
+reading only the experts the batch touches; attention: KV bytes read against FLOPs), plus
+tensor-parallel all-reduces, CPU costs per step, per sequence and per prompt token, and the
+block-table walk. Decode-only batches are padded to CUDA-graph capture sizes; without graphs
+(`enforce_eager`) every layer pays its kernel launches. Coefficients come from a profile.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
-from autotune.catalogue import GPU, Model
+from autotune.catalogue import DSV4, GPU, MLA, Model
+from workers.sim.kv_layout import kv_layout
+from workers.sim.profile import Profile
 
 GIB = 2**30
-HBM_EFFICIENCY = 0.75
-COMPUTE_EFFICIENCY = 0.45
-CPU_STEP_S = 1.2e-3  # scheduler, sampling and launch per step
-CPU_SEQ_S = 4e-6  # per scheduled sequence
-BLOCK_S = 1.5e-9  # per KV block read per layer: paged-attention block-table overhead
-ALLREDUCE_LATENCY_S = 8e-6
-DRIVER_RESERVED_GIB = 0.75  # memory vLLM can never have (driver, other processes)
-CUDA_CONTEXT_GIB = 0.6
+# vLLM's MLA kernels (FlashMLA) page the cache in multiples of 64 tokens on GPUs: a smaller
+# --block-size is raised to the least common multiple.
+MLA_BLOCK_MULTIPLE = 64
 
 
 class StartFailure(Exception):
@@ -43,73 +48,186 @@ class EngineShape:
     gpu_memory_utilization: float
     max_model_len: int
     tensor_parallel_size: int
+    long_prefill_token_threshold: int = 0
+    kv_cache_dtype: str = "auto"
+    enforce_eager: bool = False
+
+
+def cudagraph_sizes(max_num_seqs: int) -> tuple[int, ...]:
+    """vLLM's default capture sizes: 1, 2, 4, then every 8 up to min(512, 2 * max_num_seqs)."""
+    top = min(512, 2 * max_num_seqs)
+    return tuple(s for s in (1, 2, 4, *range(8, top + 1, 8)) if s <= top)
 
 
 class PerfModel:
-    def __init__(self, gpu: GPU, model: Model, shape: EngineShape) -> None:
-        self.gpu, self.model, self.shape = gpu, model, shape
+    def __init__(self, gpu: GPU, model: Model, shape: EngineShape, profile: Profile,
+                 cpu_kvcache_space_gib: float = 1.0) -> None:
+        self.gpu, self.model, self.shape, self.profile = gpu, model, shape, profile
+        c = profile.coefficients
         tp = shape.tensor_parallel_size
-        bytes_pp = model.weight_bytes_per_param
-        if model.num_experts:
-            k_over_e = model.experts_per_token / model.num_experts
-            self.expert_params = (model.total_params_b - model.active_params_b) / (1 - k_over_e) * 1e9
-        else:
-            k_over_e, self.expert_params = 0.0, 0.0
-        self.k_over_e = k_over_e
-        self.dense_params = model.total_params_b * 1e9 - self.expert_params
-        self.weight_bytes_gpu = model.total_params_b * 1e9 * bytes_pp / tp
-        self.kv_bytes_token_gpu = model.kv_bytes_per_token / (1 if model.kv_replicated_across_tp else tp)
-        self.hbm_bps = gpu.hbm_tb_s * 1e12 * HBM_EFFICIENCY
-        peak = gpu.fp8_tflops if bytes_pp <= 1 else gpu.bf16_tflops
-        self.flops = peak * 1e12 * COMPUTE_EFFICIENCY
+        self.layout = kv_layout(model, shape.kv_cache_dtype, tp)
+        bs = shape.block_size
+        if gpu.device == "gpu" and model.attention in (MLA, DSV4):
+            bs = math.lcm(bs, MLA_BLOCK_MULTIPLE)
+        self.block_size = bs
+        self.routed_params = min(model.routed_expert_params, model.total_params_b * 1e9)
+        self.dense_params = model.total_params_b * 1e9 - self.routed_params
+        self.k_over_e = model.experts_per_token / model.num_experts if model.num_experts else 0.0
+        self.weight_bytes_gpu = model.weight_bytes / tp
+        self.hbm_bps = gpu.hbm_tb_s * 1e12 * c.hbm_efficiency
+        peak = gpu.fp8_tflops if model.dense_bytes_per_param <= 1 else gpu.bf16_tflops
+        self.flops = peak * 1e12 * c.compute_efficiency
+        self.graphs = () if shape.enforce_eager or gpu.device == "cpu" else (
+            cudagraph_sizes(shape.max_num_seqs))
+        self.block_bytes = bs * self.layout.bytes_per_token
+        self.fixed_blocks_per_seq = math.ceil(self.layout.fixed_bytes_per_seq / self.block_bytes)
+        self._graph_max = self.graphs[-1] if self.graphs else 0
+        self._pad = [0] * (self._graph_max + 1)  # token count -> captured size it pads to
+        for size in reversed(self.graphs):
+            self._pad[1:size + 1] = [size] * size
+        self._uncapped = self.layout.attended_cap_tokens == float("inf")
+        self._base_cache: dict[int, float] = {}
+        self._regimes: dict[int, tuple[list[float], list[tuple[float, float]]]] = {}
+        self._block_cost = c.block_s * model.num_layers
+        self._cpu_seq, self._cpu_token = c.cpu_seq_s, c.cpu_prefill_token_s
+        self.kv_gib = self._kv_gib(cpu_kvcache_space_gib)
         self.num_blocks = self._kv_blocks()
 
+    def memory_breakdown_gib(self) -> dict[str, float]:
+        s, m, c = self.shape, self.model, self.profile.coefficients
+        tp = s.tensor_parallel_size
+        activation = (s.max_num_batched_tokens * m.hidden_size * c.activation_bytes_per_token_hidden
+                      + s.max_num_seqs * m.vocab_size / tp * 4) / GIB  # fp32 logits
+        graphs = 0.0 if not self.graphs else (
+            c.cuda_graph_gib + c.cuda_graph_gib_per_512_seqs * min(s.max_num_seqs, 512) / 512)
+        return {"weights": self.weight_bytes_gpu / GIB, "activation": activation,
+                "cuda_graphs": graphs, "context": c.context_gib}
+
+    def _kv_gib(self, cpu_kvcache_space_gib: float) -> float:
+        s, g, c = self.shape, self.gpu, self.profile.coefficients
+        parts = self.memory_breakdown_gib()
+        if g.device == "cpu":
+            if parts["weights"] + cpu_kvcache_space_gib > g.memory_gib:
+                raise StartFailure(f"out of memory: {parts['weights']:.1f} GiB of weights and a "
+                                   f"{cpu_kvcache_space_gib:g} GiB KV cache exceed "
+                                   f"{g.memory_gib:g} GiB", "oom")
+            return cpu_kvcache_space_gib
+        budget = g.memory_gib * s.gpu_memory_utilization
+        if budget > g.memory_gib - c.driver_reserved_gib:
+            raise StartFailure(
+                f"CUDA out of memory: free memory on device ({g.memory_gib - c.driver_reserved_gib:.1f}"
+                f" GiB) is less than desired GPU memory utilization "
+                f"({s.gpu_memory_utilization}, {budget:.1f} GiB)", "oom")
+        kv = budget - sum(parts.values())
+        if kv <= 0:
+            used = ", ".join(f"{k} {v:.2f}" for k, v in parts.items())
+            raise StartFailure(f"No available memory for the cache blocks: {budget:.1f} GiB "
+                               f"allowed, {used} GiB used", "oom")
+        return kv
+
     def _kv_blocks(self) -> int:
-        s, g, m = self.shape, self.gpu, self.model
-        total = g.memory_gib
-        budget = total * s.gpu_memory_utilization
-        if budget > total - DRIVER_RESERVED_GIB:
+        s = self.shape
+        blocks = int(self.kv_gib * GIB // self.block_bytes)
+        need = -(-s.max_model_len // self.block_size) + self.fixed_blocks_per_seq
+        if blocks < need:
             raise StartFailure(
-                f"CUDA out of memory: gpu_memory_utilization {s.gpu_memory_utilization} asks for "
-                f"{budget:.1f} GiB of {total:.1f} GiB, leaving none for the driver", "oom")
-        weights = self.weight_bytes_gpu / GIB
-        activation = s.max_num_batched_tokens * m.hidden_size * 2 * 24 / GIB
-        graphs = 0.0 if g.device == "cpu" else 0.4 + 0.6 * min(s.max_num_seqs, 512) / 512
-        kv_gib = budget - weights - activation - graphs - CUDA_CONTEXT_GIB
-        block_bytes = s.block_size * self.kv_bytes_token_gpu
-        blocks = int(kv_gib * GIB // block_bytes) if kv_gib > 0 else 0
-        if blocks * s.block_size < s.max_model_len:
-            raise StartFailure(
-                f"out of memory: {max(kv_gib, 0):.2f} GiB left for the KV cache after "
-                f"{weights:.1f} GiB of weights and {activation:.2f} GiB of activations holds "
-                f"{blocks * s.block_size} tokens, fewer than max_model_len {s.max_model_len}", "oom")
+                f"To serve at least one request with max seq len ({s.max_model_len}), "
+                f"{need * self.block_bytes / GIB:.2f} GiB KV cache is needed, which is larger "
+                f"than the available KV cache memory ({self.kv_gib:.2f} GiB)", "oom")
         return blocks
 
-    def step_s(self, decode_seqs: int, prefill_tokens: int, prefill_attn_tokens2: float,
-               kv_tokens_read: float | np.ndarray, blocks_read: float | np.ndarray
-               ) -> float | np.ndarray:
+    def _base_s(self, tokens: int, graphed: bool) -> float:
+        """The part of a step's time that depends only on its (padded) token count: linear and
+        MoE layers, all-reduces, per-step CPU and kernel launches."""
+        key = tokens * 2 + graphed
+        cached = self._base_cache.get(key)
+        if cached is not None:
+            return cached
+        m, c = self.model, self.profile.coefficients
+        tp = self.shape.tensor_parallel_size
+        touched = 1.0 - (1.0 - self.k_over_e) ** tokens if self.k_over_e else 0.0
+        weight_bytes = (self.dense_params * m.dense_bytes_per_param
+                        + self.routed_params * touched * m.expert_bytes_per_param) / tp
+        linear_flops = 2 * m.active_params_b * 1e9 * tokens / tp
+        base = max(weight_bytes / self.hbm_bps, linear_flops / self.flops) + c.cpu_step_s
+        if tp > 1:
+            base += 2 * m.num_layers * (c.allreduce_latency_s + tokens * m.hidden_size * 2 * 2
+                                        * (tp - 1) / tp / (self.gpu.link_gb_s * 1e9))
+        if not graphed and (not self.graphs or tokens > self.graphs[-1]):
+            base += c.eager_layer_s * m.num_layers  # (piecewise) graphs cover the rest
+        self._base_cache[key] = base
+        return base
+
+    def step_s(self, decode_seqs: int, decode_kv_tokens: float, prefill_tokens: int = 0,
+               prefill_seqs: int = 0, prefill_attn_pairs: float = 0.0) -> float:
         """Duration of one engine step.
 
-        decode_seqs: sequences decoding one token; prefill_tokens: prompt tokens computed;
-        prefill_attn_tokens2: sum over prefill chunks of chunk * (context + chunk / 2);
-        kv_tokens_read: KV tokens the decodes attend over; blocks_read: KV blocks they touch.
-The last two may be arrays (one entry per step of a decode run).
+        decode_seqs sequences decode one token each over decode_kv_tokens context tokens in all;
+        prefill_seqs sequences compute prefill_tokens prompt tokens, with prefill_attn_pairs =
+        sum over chunks of chunk * (context + chunk / 2) attention pairs. Plain floats, no numpy:
+        this runs once per simulated step.
         """
-        m, s = self.model, self.shape
         tokens = decode_seqs + prefill_tokens
-        if prefill_tokens == 0 and decode_seqs <= 512:
-            tokens = int(math.ceil(decode_seqs / 8) * 8)  # decode batches pad to CUDA-graph sizes
-        touched = 1.0 - (1.0 - self.k_over_e) ** tokens if self.expert_params else 0.0
-        weight_bytes = (self.dense_params + self.expert_params * touched) * m.weight_bytes_per_param
-        bytes_read = weight_bytes / s.tensor_parallel_size + kv_tokens_read * self.kv_bytes_token_gpu
-        flops = (2 * m.active_params_b * 1e9 * tokens
-                 + 4 * m.num_layers * m.hidden_size * prefill_attn_tokens2) / s.tensor_parallel_size
-        roofline = np.maximum(bytes_read / self.hbm_bps, flops / self.flops)
-        tp = s.tensor_parallel_size
-        allreduce = 0.0
-        if tp > 1:
-            per_layer = ALLREDUCE_LATENCY_S + tokens * m.hidden_size * 2 * 2 * (tp - 1) / tp / (
-                self.gpu.link_gb_s * 1e9)
-            allreduce = 2 * m.num_layers * per_layer
-        overhead = CPU_STEP_S + CPU_SEQ_S * (decode_seqs + (prefill_tokens > 0))
-        return roofline + allreduce + overhead + BLOCK_S * blocks_read * m.num_layers
+        graphed = prefill_tokens == 0 and 0 < tokens <= self._graph_max
+        if graphed:
+            tokens = self._pad[tokens]
+        lay = self.layout
+        attn_bytes = decode_kv_tokens * lay.read_bytes_per_token + decode_seqs * lay.read_fixed_bytes_per_seq
+        pairs = decode_kv_tokens if self._uncapped else min(decode_kv_tokens,
+                                                            decode_seqs * lay.attended_cap_tokens)
+        attention = max(attn_bytes / self.hbm_bps,
+                        lay.attn_flops_per_pair * (prefill_attn_pairs + pairs) / self.flops)
+        # Block-table walk: a decode reads ceil((ctx + 1) / bs) blocks, (ctx + 1) / bs + 1/2 on
+        # average; the average keeps a run of decode steps affine in its step index.
+        blocks = (decode_kv_tokens + decode_seqs) / self.block_size + decode_seqs / 2
+        return (self._base_s(tokens, graphed) + attention + self._block_cost * blocks
+                + self._cpu_seq * (decode_seqs + prefill_seqs) + self._cpu_token * prefill_tokens)
+
+    def _decode_regimes(self, seqs: int) -> tuple[list[float], list[tuple[float, float]]]:
+        """For decode-only steps of `seqs` sequences: the context sizes (kv tokens, all
+        sequences) at which attention switches between bandwidth- and compute-bound or reaches
+        its sparse cap, and per regime the step time as alpha + beta * kv. Cached per seqs."""
+        cached = self._regimes.get(seqs)
+        if cached is not None:
+            return cached
+        lay = self.layout
+        g, f = 1.0 / self.hbm_bps, lay.attn_flops_per_pair / self.flops
+        fixed = seqs * lay.read_fixed_bytes_per_seq * g
+        slope = lay.read_bytes_per_token * g
+        cuts = []
+        if f != slope:  # bytes line fixed + slope * kv meets the uncapped flops line f * kv
+            cuts.append(fixed / (f - slope))
+        if not self._uncapped:
+            cap = seqs * lay.attended_cap_tokens
+            cuts.append(cap)
+            if slope:  # ... and the capped flops line f * cap
+                cuts.append((f * cap - fixed) / slope)
+        bounds = sorted(c for c in cuts if c > 0)
+        coefs = []
+        for lo, hi in zip([0.0, *bounds], [*bounds, float("inf")], strict=True):
+            x1, x2 = (lo + 1.0, lo + 2.0) if hi == float("inf") else (lo + (hi - lo) / 3,
+                                                                     lo + 2 * (hi - lo) / 3)
+            t1, t2 = self.step_s(seqs, x1), self.step_s(seqs, x2)
+            beta = (t2 - t1) / (x2 - x1)
+            coefs.append((t1 - beta * x1, beta))
+        self._regimes[seqs] = (bounds, coefs)
+        return bounds, coefs
+
+    def decode_segments(self, seqs: int, kv_tokens: float, steps: int
+                        ) -> list[tuple[int, int, float, float]]:
+        """A run of `steps` decode-only steps of `seqs` sequences starting at kv_tokens, as
+        pieces (first, end, a, b) on which step j takes a + b * (j - first) seconds. The step time
+        is piecewise affine in j (the context grows by `seqs` tokens a step); the pieces break
+        where attention switches between bandwidth- and compute-bound, or hits its sparse cap."""
+        bounds, coefs = self._decode_regimes(seqs)
+        i = bisect.bisect_right(bounds, kv_tokens)
+        pieces = []
+        first = 0
+        while first < steps:
+            end = steps if i == len(bounds) else min(steps, math.ceil((bounds[i] - kv_tokens) / seqs))
+            if end > first:
+                alpha, beta = coefs[i]
+                pieces.append((first, end, alpha + beta * (kv_tokens + seqs * first), beta * seqs))
+                first = end
+            i += 1
+        return pieces

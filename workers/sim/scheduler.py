@@ -1,18 +1,26 @@
-"""A discrete-event model of vLLM V1's scheduler, first version.
+"""A discrete-event model of vLLM V1's scheduler.
 
-Per engine step: running requests are scheduled first (decodes and unfinished prefill chunks),
-then waiting ones are admitted while there are free sequence slots, token budget and KV blocks.
-Chunked prefill splits prompts across steps; without it a prompt is admitted only whole. KV
-blocks are allocated on demand; when they run out the newest running request is preempted
-(recompute: it goes back to the front of the queue and must prefill prompt + generated tokens
-again). Prefix caching skips prefill for leading prompt blocks whose hashes are cached.
+Per engine step, as vLLM V1's `Scheduler.schedule` does it: running requests are scheduled first
+(one decode token each, or their next prefill chunk), then waiting ones are admitted while there
+are free sequence slots (`max_num_seqs`), token budget (`max_num_batched_tokens`) and KV blocks.
+Chunked prefill splits prompts across steps and `long_prefill_token_threshold` caps one
+request's tokens per step; without chunked prefill a prompt is admitted only whole. KV blocks of
+`block_size` tokens are allocated on demand; when they run out the newest running request is
+preempted (recompute: it goes back to the front of the queue and must prefill prompt and generated
+tokens again), and no waiting request is admitted in that step.
 
-Runs of decode-only steps in which nothing arrives, finishes or needs memory it cannot get are
-advanced in one go (the step times of such a run are computed as an array).
+Prefix caching works on the trace's block hashes: a prompt's leading blocks whose hashes are
+cached are not computed again (the last prompt token always is) and share the cached blocks'
+memory. Cached blocks nobody uses stay cached but count as free; allocation evicts them, least
+recently used first. A request longer than `max_model_len` is refused, as vLLM answers 400.
+
+Speed: runs of decode-only steps in which nothing arrives, finishes or needs memory it cannot get
+are advanced in one go; their step times are evaluated as one array.
 """
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict, deque
 
 import numpy as np
@@ -20,12 +28,13 @@ import numpy as np
 from autotune.records import ReplayResult
 from workers.sim.perf import PerfModel
 
-MIN_RUN = 8  # decode runs shorter than this are stepped through
+MIN_RUN = 2  # a run of one step is just a step
 
 
 class _Req:
     __slots__ = ("i", "arrival", "prompt", "target", "hashes", "generated", "computed",
-                 "prefill_len", "blocks", "first_s", "last_s", "done_s", "looked_up", "running")
+                 "prefill_len", "private", "shared", "shared_blocks", "cap", "sched_s",
+                 "first_s", "last_s", "done_s", "looked_up", "running", "registered")
 
     def __init__(self, i: int, arrival: float, prompt: int, target: int,
                  hashes: tuple[int, ...]) -> None:
@@ -33,10 +42,55 @@ class _Req:
         self.generated = 0
         self.computed = 0  # tokens whose KV is in the cache
         self.prefill_len = prompt  # prompt, plus generated tokens after a preemption
-        self.blocks = 0
-        self.first_s = self.last_s = self.done_s = float("nan")
+        self.private = 0  # blocks this request holds alone
+        self.shared: list[int] = []  # cached hashes it references
+        self.shared_blocks = 0.0
+        self.cap = 0.0  # tokens the blocks it holds or shares can take
+        self.sched_s = self.first_s = self.last_s = self.done_s = float("nan")
         self.looked_up = False
         self.running = False
+        self.registered = False
+
+
+class _PrefixCache:
+    """Cached prompt blocks by hash, reference-counted; unreferenced ones are evictable."""
+
+    def __init__(self, blocks_per_hash: float) -> None:
+        self.blocks_per_hash = blocks_per_hash
+        self.refs: dict[int, int] = {}
+        self.evictable: OrderedDict[int, None] = OrderedDict()  # least recently used first
+        self.evictable_blocks = 0.0
+
+    def __contains__(self, h: int) -> bool:
+        return h in self.refs or h in self.evictable
+
+    def acquire(self, h: int) -> float:
+        """Reference a cached hash; returns the blocks that stop being free."""
+        if h in self.evictable:
+            del self.evictable[h]
+            self.evictable_blocks -= self.blocks_per_hash
+            self.refs[h] = 1
+            return self.blocks_per_hash
+        self.refs[h] += 1
+        return 0.0
+
+    def release(self, h: int) -> float:
+        """Drop a reference; returns the blocks that become free (but stay cached)."""
+        left = self.refs[h] - 1
+        if left:
+            self.refs[h] = left
+            return 0.0
+        del self.refs[h]
+        self.evictable[h] = None
+        self.evictable_blocks += self.blocks_per_hash
+        return self.blocks_per_hash
+
+    def evict_until(self, truly_free: float) -> None:
+        """Evict least recently used blocks until allocations no longer eat into them."""
+        while truly_free < 0 and self.evictable:
+            self.evictable.popitem(last=False)
+            self.evictable_blocks -= self.blocks_per_hash
+            truly_free += self.blocks_per_hash
 
 
 def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
@@ -46,45 +100,108 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
     """Replay arrivals against the modelled engine. skip_decode_runs=False steps one engine
     step at a time (the reference the fast path is benchmarked and tested against)."""
     s = perf.shape
-    bs, budget_max, max_seqs = s.block_size, s.max_num_batched_tokens, s.max_num_seqs
+    bs, budget_max, max_seqs = perf.block_size, s.max_num_batched_tokens, s.max_num_seqs
     chunked, caching = s.enable_chunked_prefill, s.enable_prefix_caching
+    long_cap = s.long_prefill_token_threshold if s.long_prefill_token_threshold > 0 else budget_max
+    fixed = perf.fixed_blocks_per_seq
+    hbt = max(hash_block_tokens, 1)
     n = len(arrival_s)
-    reqs = [_Req(i, float(arrival_s[i]), min(int(prompt_tokens[i]), s.max_model_len - 1),
-                 int(output_tokens[i]), hash_ids[i]) for i in range(n)]
-    for r in reqs:  # a request never grows past max_model_len
-        r.target = max(1, min(r.target, s.max_model_len - r.prompt))
-    free = perf.num_blocks
-    cache: OrderedDict[int, None] = OrderedDict()
-    cache_cap = perf.num_blocks * bs // max(hash_block_tokens, 1)
+    reqs = [_Req(i, float(arrival_s[i]), int(prompt_tokens[i]), max(1, int(output_tokens[i])),
+                 hash_ids[i] if caching else ()) for i in range(n)]
+    refused = [r for r in reqs if r.prompt + r.target > s.max_model_len]
+    for r in refused:  # vLLM answers 400: the request never reaches the scheduler
+        r.target = 0
+    order = [r for r in reqs if r.target]
+    total = len(order)
+    cache = _PrefixCache(hbt / bs)
+    free = float(perf.num_blocks)  # includes evictable cached blocks
     waiting: deque[_Req] = deque()
     running: list[_Req] = []
-    itl_values: list[np.ndarray] = []
-    itl_weights: list[np.ndarray] = []
+    runs: list[tuple[float, float, int, int]] = []  # decode-run pieces: a, b, steps, seqs
     single_gaps: list[float] = []
     clock, nxt, finished, preemptions = 0.0, 0, 0, 0
     cache_queries = cache_hits = 0
-    noise = 1.0 + 0.02 * rng.standard_normal()  # run-to-run jitter, fixed per replay
+    noise = 1.0 + perf.profile.coefficients.noise_cv * rng.standard_normal()
+    step_s = perf.step_s
+    horizon_steps = 1 << 62
 
-    def blocks_for(tokens: int) -> int:
-        return -(-tokens // bs)
+    def extra_blocks(r: _Req, tokens: int) -> int:
+        """Blocks r must add to hold `tokens` tokens (its first ones bring the fixed ones)."""
+        over = tokens - r.cap
+        grow = math.ceil(over / bs) if over > 0 else 0
+        return grow + (fixed if not r.private else 0)
+
+    def take(r: _Req, blocks: int) -> None:
+        nonlocal free
+        if blocks:
+            r.cap += (blocks - (fixed if not r.private else 0)) * bs  # fixed blocks hold no tokens
+            r.private += blocks
+            free -= blocks
+            if free < cache.evictable_blocks:
+                cache.evict_until(free - cache.evictable_blocks)
+
+    def release(r: _Req) -> None:
+        nonlocal free
+        free += r.private
+        for h in r.shared:
+            free += cache.release(h)
+        r.private, r.shared, r.shared_blocks, r.cap = 0, [], 0.0, 0.0
 
     def preempt(victim: _Req) -> None:
-        nonlocal free, preemptions
+        nonlocal preemptions
         running.remove(victim)
         victim.running = False
-        free += victim.blocks
-        victim.blocks = victim.computed = 0
+        release(victim)
+        victim.computed = 0
         victim.prefill_len = victim.prompt + victim.generated
         victim.looked_up = False
         waiting.appendleft(victim)
         preemptions += 1
 
-    while finished < n and clock <= horizon_s:
-        while nxt < n and reqs[nxt].arrival <= clock:
-            waiting.append(reqs[nxt])
+    def register(r: _Req) -> None:
+        """Its prompt is computed: its full hashed blocks become cached, shared from now on."""
+        nonlocal free
+        r.registered = True
+        full = min(len(r.hashes), r.prompt // hbt)
+        moved = 0.0
+        for h in r.hashes[len(r.shared):full]:
+            if h in cache:
+                continue  # cached meanwhile by another request: this copy stays private
+            cache.refs[h] = 1
+            r.shared.append(h)
+            moved += cache.blocks_per_hash
+        if moved:  # those blocks are now the cache's; what stays private shrinks to match
+            r.shared_blocks += moved
+            keep = max(0, math.ceil(r.cap / bs - r.shared_blocks)) + fixed
+            free += r.private - keep
+            r.private = keep
+            r.cap = ((keep - fixed) + r.shared_blocks) * bs
+
+    def lookup(r: _Req) -> None:
+        nonlocal free, cache_queries, cache_hits
+        r.looked_up = True
+        hit = 0
+        for h in r.hashes:
+            if h not in cache:
+                break
+            hit += 1
+        hit_tokens = min(int(hit * hbt // bs) * bs, r.prefill_len - 1) if hit else 0
+        cache_queries += r.prefill_len
+        cache_hits += hit_tokens
+        if hit_tokens:
+            for h in r.hashes[:hit]:
+                free -= cache.acquire(h)
+            r.shared = list(r.hashes[:hit])
+            r.shared_blocks = hit * cache.blocks_per_hash
+            r.cap = r.shared_blocks * bs
+            r.computed = hit_tokens
+
+    while finished < total and clock <= horizon_s:
+        while nxt < total and order[nxt].arrival <= clock:
+            waiting.append(order[nxt])
             nxt += 1
         if not running and not waiting:
-            clock = reqs[nxt].arrival
+            clock = order[nxt].arrival
             continue
         budget = budget_max
         scheduled: list[tuple[_Req, int]] = []
@@ -92,64 +209,62 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
         for r in list(running):  # a copy: preemption removes from `running` as we go
             if not r.running or budget <= 0:
                 continue
-            need = min(r.prefill_len - r.computed, budget) if r.computed < r.prefill_len else 1
-            extra = blocks_for(r.computed + need) - r.blocks
-            while extra > free and running:
-                victim = running[-1]
-                preempt(victim)
-                preempted = True
-                if victim is r:
-                    break
-            if not r.running:
-                continue
-            free -= extra
-            r.blocks += extra
+            need = min(r.prefill_len - r.computed, budget, long_cap) if r.computed < r.prefill_len else 1
+            if r.computed + need > r.cap:
+                extra = extra_blocks(r, r.computed + need)
+                while extra > free and running:
+                    victim = running[-1]
+                    preempt(victim)
+                    preempted = True
+                    if victim is r:
+                        break
+                if not r.running:
+                    continue
+                take(r, extra)
             budget -= need
             scheduled.append((r, need))
         while waiting and not preempted and len(running) < max_seqs and budget > 0:
             r = waiting[0]
-            if caching and not r.looked_up and r.computed == 0:
-                hit = 0
-                for h in r.hashes:
-                    if h not in cache:
-                        break
-                    cache.move_to_end(h)
-                    hit += 1
-                cache_queries += r.prefill_len
-                hit_tokens = min((hit * hash_block_tokens) // bs * bs, r.prefill_len - 1)
-                cache_hits += hit_tokens
-                r.computed = hit_tokens
-                r.looked_up = True
+            if not r.looked_up and r.computed == 0 and caching:
+                lookup(r)
             remaining = r.prefill_len - r.computed
             if not chunked and remaining > budget:
                 break
-            need = min(remaining, budget)
-            extra = blocks_for(r.computed + need) - r.blocks
+            need = min(remaining, budget, long_cap)
+            extra = extra_blocks(r, r.computed + need)
             if extra > free:
                 break
             waiting.popleft()
-            free -= extra
-            r.blocks += extra
+            take(r, extra)
             budget -= need
             running.append(r)
             r.running = True
+            if r.sched_s != r.sched_s:  # NaN: first time scheduled
+                r.sched_s = clock
             scheduled.append((r, need))
         if not scheduled:  # blocked on memory with nothing running: cannot happen if start succeeded
-            clock = reqs[nxt].arrival if nxt < n else clock + 1.0
+            clock = order[nxt].arrival if nxt < total else clock + 1.0
             continue
-        decodes = [r for r, need in scheduled if r.computed >= r.prefill_len]
-        prefill = [(r, need) for r, need in scheduled if r.computed < r.prefill_len]
-        kv_read = float(sum(r.computed for r in decodes))
-        blocks_read = float(sum(r.blocks for r in decodes))
-        attn2 = float(sum(need * (r.computed + need / 2) for r, need in prefill))
-        dt = float(perf.step_s(len(decodes), sum(need for _, need in prefill), attn2, kv_read,
-                               blocks_read)) * noise
+        decode_kv = 0
+        decode_seqs = prefill_tokens = prefill_seqs = 0
+        pairs = 0.0
+        for r, need in scheduled:
+            if r.computed >= r.prefill_len:
+                decode_seqs += 1
+                decode_kv += r.computed
+            else:
+                prefill_seqs += 1
+                prefill_tokens += need
+                pairs += need * (r.computed + need / 2)
+        dt = step_s(decode_seqs, decode_kv, prefill_tokens, prefill_seqs, pairs) * noise
         clock += dt
         any_done = False
         for r, need in scheduled:
             r.computed += need
             if r.computed < r.prefill_len:
                 continue  # a prefill chunk that does not finish the prompt emits nothing
+            if caching and not r.registered:
+                register(r)
             if r.generated == 0:
                 r.first_s = clock
             else:
@@ -160,80 +275,85 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
                 r.done_s = clock
                 r.running = False
                 any_done = True
-                free += r.blocks
-                r.blocks = 0
+                release(r)
                 finished += 1
-                if caching:
-                    for h in r.hashes:
-                        cache[h] = None
-                        cache.move_to_end(h)
-                    while len(cache) > cache_cap:
-                        cache.popitem(last=False)
         if any_done:
             running = [r for r in running if r.running]
-        # Advance a run of decode-only steps in one go when nothing can change it.
-        if (not skip_decode_runs or prefill or not running
-                or any(r.computed < r.prefill_len for r in running)):
-            continue
-        can_admit = len(running) < max_seqs and (waiting or nxt < n)
-        if waiting and can_admit:
-            continue
-        rem = min(r.target - r.generated for r in running)
-        k = rem - 1  # stop one step before the first completion; a plain step handles it
-        # Cheap checks first: a short run costs more to set up than to step through.
-        if k < MIN_RUN or (can_admit and nxt < n and reqs[nxt].arrival - clock < MIN_RUN * dt):
-            continue
-        ctx = np.fromiter((r.computed for r in running), dtype=np.int64, count=len(running))
-        held = np.fromiter((r.blocks for r in running), dtype=np.int64, count=len(running))
-
-        def blocks_needed(steps: int, ctx: np.ndarray = ctx, held: np.ndarray = held) -> int:
-            return int((-(-(ctx + steps) // bs) - held).clip(min=0).sum())
-
-        if blocks_needed(k) > free:  # memory runs out inside the run: stop where it still fits
-            lo, hi = 0, k
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                lo, hi = (mid, hi) if blocks_needed(mid) <= free else (lo, mid - 1)
-            k = lo
+        # Advance runs of decode-only steps in closed form while nothing can change them.
+        mid_prefill = prefill_seqs and any(r.computed < r.prefill_len for r in running)
+        while skip_decode_runs and running and not mid_prefill:
+            can_admit = len(running) < max_seqs and (waiting or nxt < total)
+            if waiting and can_admit:
+                break
+            k, kv0 = horizon_steps, 0.0  # up to the first completion
+            for r in running:
+                if r.target - r.generated < k:
+                    k = r.target - r.generated
+                kv0 += r.computed
             if k < MIN_RUN:
-                continue
-        j = np.arange(k)
-        m = len(running)
-        # Step j reads the KV of ctx + j tokens per sequence, in ceil((ctx + j + 1) / bs) blocks
-        # (its new token's block is allocated before the step runs).
-        residues, counts = np.unique(ctx % bs, return_counts=True)
-        blocks = int((ctx // bs).sum()) + m + ((residues[None, :] + j[:, None]) // bs) @ counts
-        times = np.asarray(perf.step_s(m, 0, 0.0, float(ctx.sum()) + m * j.astype(float),
-                                       blocks.astype(float)), dtype=float) * noise
-        ends = clock + np.cumsum(times)
-        if can_admit and nxt < n:
-            k = int(np.searchsorted(ends, reqs[nxt].arrival, side="left"))
-            if k < 2:  # the arrival comes sooner than the last step suggested
-                continue
-            times, ends = times[:k], ends[:k]
-        if ends[-1] > horizon_s:
-            continue
-        for r in running:
-            r.computed += k
-            r.generated += k
-            r.last_s = float(ends[-1])
-            grown = blocks_for(r.computed) - r.blocks
-            r.blocks += grown
-            free -= grown
-        clock = float(ends[-1])
-        itl_values.append(times)
-        itl_weights.append(np.full(k, m, dtype=np.int64))
+                break
+            m = len(running)
+            # Memory: stop before the first step whose new blocks no longer fit (each sequence
+            # needs at most k // bs + 1 new blocks; the exact count only when that may not fit).
+            if m * (k // bs + 1) > free:
+                k = _steps_that_fit([r.cap - r.computed for r in running], k, free, bs)
+                if k < MIN_RUN:
+                    break
+            pieces = perf.decode_segments(m, kv0, k)
+            # A step that starts before the next arrival cannot see it: the run takes every step
+            # that starts before it (the stepwise loop admits arrivals at a step's start).
+            limit = (order[nxt].arrival - clock) if can_admit and nxt < total else float("inf")
+            done_steps, elapsed = 0, 0.0
+            taken: list[tuple[float, float, int, int]] = []
+            for first, end, a, b in pieces:
+                a, b = a * noise, b * noise
+                steps = end - first
+                last_start = elapsed + a * (steps - 1) + b * (steps - 1) * (steps - 2) / 2
+                c = steps if last_start < limit else _steps_starting_before(a, b, steps, limit - elapsed)
+                if c:
+                    taken.append((a, b, c, m))
+                    elapsed += a * c + b * c * (c - 1) / 2
+                    done_steps = first + c
+                if c < steps:
+                    break
+            if done_steps < MIN_RUN:
+                break
+            runs.extend(taken)
+            clock += elapsed
+            for r in running:
+                r.computed += done_steps
+                r.generated += done_steps
+                r.last_s = clock
+                if r.computed > r.cap:  # a running request holds its fixed blocks already
+                    grow = math.ceil((r.computed - r.cap) / bs)
+                    r.cap += grow * bs
+                    r.private += grow
+                    free -= grow
+                    if free < cache.evictable_blocks:
+                        cache.evict_until(free - cache.evictable_blocks)
+                if r.generated >= r.target:
+                    r.done_s = clock
+                    r.running = False
+                    release(r)
+                    finished += 1
+            if done_steps < k:
+                break  # stopped by an arrival or by memory: a plain step comes next
+            running = [r for r in running if r.running]
+            if nxt < total and order[nxt].arrival <= clock:
+                break
 
-    first = np.array([r.first_s for r in reqs])
+    first_token = np.array([r.first_s for r in reqs])
     done = np.array([r.done_s for r in reqs])
     arrival = np.array([r.arrival for r in reqs])
+    queue = np.array([r.sched_s for r in reqs])
     failed = np.isnan(done)
-    values = np.concatenate(itl_values + [np.asarray(single_gaps, dtype=float)])
-    weights = np.concatenate(itl_weights + [np.ones(len(single_gaps), dtype=np.int64)])
+    run_values, run_weights = _expand_runs(runs)
+    values = np.concatenate([run_values, np.asarray(single_gaps, dtype=float)])
+    weights = np.concatenate([run_weights, np.ones(len(single_gaps), dtype=np.int64)])
     last = np.nanmax(done) if (~failed).any() else clock
     return ReplayResult(
         scheduled_s=arrival,
-        ttft_s=first - arrival,
+        ttft_s=first_token - arrival,
         e2e_s=done - arrival,
         output_tokens=np.array([r.generated if not np.isnan(r.done_s) else 0 for r in reqs]),
         failed=failed,
@@ -241,5 +361,54 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
         itl_weight=weights,
         wall_s=float(last - arrival[0]) if n else 0.0,
         engine_stats={"preemptions": float(preemptions), "kv_blocks": float(perf.num_blocks),
-                      "prefix_cache_hit_rate": cache_hits / cache_queries if cache_queries else 0.0},
+                      "prefix_cache_hit_rate": cache_hits / cache_queries if cache_queries else 0.0,
+                      "refused_requests": float(len(refused))},
+        queue_s=queue - arrival,
     )
+
+
+def _steps_that_fit(room: list[float], k: int, free: float, bs: int) -> int:
+    """The most decode steps (<= k) whose new blocks fit in `free`, given the tokens each
+    sequence can still add to the blocks it holds."""
+    def blocks(steps: int) -> int:
+        return sum(math.ceil((steps - r) / bs) for r in room if steps > r)
+
+    if blocks(k) <= free:
+        return k
+    lo, hi = 0, k
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if blocks(mid) <= free else (lo, mid - 1)
+    return lo
+
+
+def _steps_starting_before(a: float, b: float, steps: int, limit: float) -> int:
+    """How many of the steps a, a + b, a + 2b, ... start strictly before `limit` (cumulative):
+    step c starts at a * c + b * c * (c - 1) / 2."""
+    def start(c: int) -> float:
+        return a * c + b * c * (c - 1) / 2
+
+    if limit <= 0:
+        return 0
+    if b > 0:
+        c = int((-(a - b / 2) + math.sqrt((a - b / 2) ** 2 + 2 * b * limit)) / b)
+    else:
+        c = int(limit / a) if a > 0 else steps
+    c = max(0, min(c, steps - 1))
+    while c > 0 and start(c) >= limit:
+        c -= 1
+    while c + 1 < steps and start(c + 1) < limit:
+        c += 1
+    return c + 1
+
+
+def _expand_runs(runs: list[tuple[float, float, int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Every step time of the decode runs (a + b * j for j < steps), each weighted by the
+    sequences that saw it as their inter-token gap."""
+    if not runs:
+        return np.zeros(0), np.zeros(0, dtype=np.int64)
+    a, b, steps, seqs = (np.array(col) for col in zip(*runs, strict=True))
+    steps = steps.astype(np.int64)
+    starts = np.cumsum(steps) - steps
+    j = np.arange(int(steps.sum())) - np.repeat(starts, steps)
+    return np.repeat(a, steps) + np.repeat(b, steps) * j, np.repeat(seqs.astype(np.int64), steps)

@@ -1,0 +1,66 @@
+"""KV-cache bytes per token on one GPU, from a model's attention layout.
+
+Three layouts:
+- standard (GQA/MHA): K and V per KV head per layer; the heads are split over tensor-parallel
+  ranks (and replicated once there are more ranks than KV heads);
+- MLA (DeepSeek-V3): one latent of kv_lora_rank + rope dims per layer, replicated on every rank;
+- DeepSeek-V4 hybrid: every layer keeps a raw sliding window of `sliding_window` entries (a
+  fixed cost per sequence); CSA layers (ratio 4) add one compressed entry per 4 tokens plus an
+  indexer key, HCA layers (ratio 128) one entry per 128 tokens. A decode step reads the window,
+  the indexer keys and the top-k compressed entries of CSA layers, and every HCA entry.
+An fp8 cache stores one byte per element instead of two.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autotune.catalogue import DSV4, GQA, MLA, Model
+from autotune.errors import ConfigError
+
+KV_DTYPE_BYTES = {"auto": 2.0, "bfloat16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    bytes_per_token: float  # stored per context token, this GPU, all layers
+    fixed_bytes_per_seq: float  # stored per sequence whatever its length (sliding windows)
+    read_bytes_per_token: float  # read by one decode step per context token
+    read_fixed_bytes_per_seq: float  # read by one decode step per sequence (windows, top-k)
+    # FLOPs of attention per (query token, attended context token), this GPU, all layers.
+    attn_flops_per_pair: float
+    attended_cap_tokens: float  # a query attends to at most this many tokens (inf: all)
+
+
+def kv_layout(model: Model, kv_cache_dtype: str, tensor_parallel_size: int) -> KVLayout:
+    try:
+        elem = KV_DTYPE_BYTES[kv_cache_dtype]
+    except KeyError:
+        raise ConfigError(f"kv_cache_dtype {kv_cache_dtype!r} is not one of "
+                          f"{', '.join(KV_DTYPE_BYTES)}") from None
+    tp, layers = tensor_parallel_size, model.num_layers
+    heads_gpu = max(1.0, model.num_heads / tp)
+    if model.attention == GQA:
+        kv_heads_gpu = max(1.0, model.num_kv_heads / tp)
+        per_token = 2 * kv_heads_gpu * model.head_dim * elem * layers
+        flops = 4 * heads_gpu * model.head_dim * layers  # QK^T and PV, 2 FLOPs per MAC
+        return KVLayout(per_token, 0.0, per_token, 0.0, flops, float("inf"))
+    if model.attention == MLA:
+        per_token = (model.kv_lora_rank + model.qk_rope_head_dim) * elem * layers
+        flops = 2 * heads_gpu * (model.head_dim + model.v_head_dim) * layers
+        return KVLayout(per_token, 0.0, per_token, 0.0, flops, float("inf"))
+    if model.attention == DSV4:
+        entry = model.head_dim * elem
+        index_key = model.index_head_dim * elem
+        csa = sum(1 for r in model.compress_ratios if r == 4)
+        hca = sum(1 for r in model.compress_ratios if r == 128)
+        window = model.sliding_window * entry * layers
+        per_token = csa * (entry + index_key) / 4 + hca * entry / 128
+        read_per_token = csa * index_key / 4 + hca * entry / 128
+        read_fixed = window + csa * model.index_topk * entry
+        flops = 4 * heads_gpu * model.head_dim * layers
+        # Attended per query: window + top-k on CSA layers, window + ctx/128 on HCA layers;
+        # averaged over layers, capped as the flops of a long prompt would be.
+        cap = model.sliding_window + (csa * model.index_topk) / layers
+        return KVLayout(per_token, window, read_per_token, read_fixed, flops, cap)
+    raise ConfigError(f"model {model.name}: unknown attention kind {model.attention!r}")

@@ -1,0 +1,125 @@
+"""Versioned coefficient profiles for the simulator's step-time and memory model.
+
+A profile is a small YAML file: which GPU and model it is for ("*" for any), a version, where
+its numbers came from, and the coefficients. Lookup for a (GPU, model) pair: a calibrated
+profile in the profile directory (setting `sim.profile_dir`) named `<gpu>__<model>.yaml`, the
+newest version wins; else the bundled default for the device kind (`profiles/gpu.yaml` or
+`profiles/cpu.yaml`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autotune.errors import ConfigError
+
+BUNDLED = Path(__file__).parent / "profiles"
+
+
+@dataclass(frozen=True)
+class Coefficients:
+    hbm_efficiency: float
+    compute_efficiency: float
+    cpu_step_s: float
+    cpu_seq_s: float
+    cpu_prefill_token_s: float
+    block_s: float
+    allreduce_latency_s: float
+    eager_layer_s: float
+    activation_bytes_per_token_hidden: float
+    cuda_graph_gib: float
+    cuda_graph_gib_per_512_seqs: float
+    driver_reserved_gib: float
+    context_gib: float
+    noise_cv: float
+
+
+@dataclass(frozen=True)
+class Profile:
+    gpu: str
+    model: str
+    version: int
+    source: str
+    coefficients: Coefficients
+    fit: dict[str, Any] | None = None  # calibration: what it was fitted to and how well
+
+    def with_coefficients(self, **values: float) -> Profile:
+        return replace(self, coefficients=replace(self.coefficients, **values))
+
+    def to_yaml(self) -> str:
+        data: dict[str, Any] = {"version": self.version, "gpu": self.gpu, "model": self.model,
+                                "source": self.source, "coefficients": asdict(self.coefficients)}
+        if self.fit is not None:
+            data["fit"] = self.fit
+        return yaml.safe_dump(data, sort_keys=False)
+
+
+def load_profile(path: Path) -> Profile:
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"simulator profile {path}: cannot read it ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"simulator profile {path}: expected a mapping at the top level")
+    known = {f.name for f in fields(Coefficients)}
+    coeffs = data.get("coefficients")
+    if not isinstance(coeffs, dict):
+        raise ConfigError(f"simulator profile {path}: 'coefficients' must be a mapping")
+    missing, unknown = known - set(coeffs), set(coeffs) - known
+    if missing or unknown:
+        raise ConfigError(f"simulator profile {path}: coefficients missing "
+                          f"{sorted(missing) or 'none'}, unknown {sorted(unknown) or 'none'}")
+    try:
+        values = {k: float(v) for k, v in coeffs.items()}
+        version = int(data["version"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"simulator profile {path}: a version and numeric coefficients are "
+                          f"needed ({exc})") from None
+    if any(v < 0 for v in values.values()):
+        raise ConfigError(f"simulator profile {path}: coefficients must not be negative")
+    return Profile(gpu=str(data.get("gpu", "*")), model=str(data.get("model", "*")),
+                   version=version, source=str(data.get("source", "")),
+                   coefficients=Coefficients(**values), fit=data.get("fit"))
+
+
+def profile_filename(gpu: str, model: str, version: int) -> str:
+    return f"{gpu}__{model}__v{version}.yaml"
+
+
+def calibrated_profiles(profile_dir: Path, gpu: str, model: str) -> list[tuple[int, Path]]:
+    if not profile_dir.is_dir():
+        return []
+    found = []
+    for path in profile_dir.glob(f"{gpu}__{model}__v*.yaml"):
+        try:
+            found.append((int(path.stem.rsplit("__v", 1)[1]), path))
+        except ValueError:
+            continue
+    return sorted(found)
+
+
+def find_profile(gpu: str, model: str, device: str, profile_dir: Path | None) -> Profile:
+    if profile_dir is not None:
+        found = calibrated_profiles(profile_dir, gpu, model)
+        if found:
+            return load_profile(found[-1][1])
+    return replace(load_profile(BUNDLED / ("cpu.yaml" if device == "cpu" else "gpu.yaml")),
+                   gpu=gpu, model=model)
+
+
+def save_profile(profile: Profile, profile_dir: Path) -> Path:
+    """Write the profile under the next free version; atomic, never overwrites a version."""
+    profile_dir.mkdir(parents=True, exist_ok=True)
+    found = calibrated_profiles(profile_dir, profile.gpu, profile.model)
+    version = (found[-1][0] if found else 1) + 1  # the bundled default is version 1
+    profile = replace(profile, version=version)
+    path = profile_dir / profile_filename(profile.gpu, profile.model, version)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(profile.to_yaml())
+    tmp.replace(path)
+    return path
