@@ -105,6 +105,18 @@ class Trace:
                              *(getattr(self, f) for f in OPTIONAL_COLUMNS)]).encode())
         return "sha256:" + h.hexdigest()
 
+    def evolve(self, **columns: object) -> Trace:
+        """A copy with some columns replaced (e.g. arrival_s=...), its digest recomputed."""
+        current: dict[str, object] = {
+            "arrival_s": self.arrival_s, "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens, "hash_ids": self.hash_ids,
+            "hash_block_tokens": self.hash_block_tokens, "start_epoch_s": self.start_epoch_s,
+            **{f: getattr(self, f) for f in OPTIONAL_COLUMNS}}
+        unknown = set(columns) - set(current)
+        if unknown:
+            raise TypeError(f"not trace columns: {', '.join(sorted(unknown))}")
+        return Trace.from_columns(self.name, **{**current, **columns})  # type: ignore[arg-type]
+
     def take(self, index: Sequence[int] | np.ndarray, name: str | None = None, *,
              shift: bool = True) -> Trace:
         """The requests at `index` (ascending), arrivals shifted to begin at 0 unless shift is
