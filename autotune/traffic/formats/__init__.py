@@ -12,7 +12,10 @@
 
 Repairs, the same everywhere: importers of external formats (all but jsonl and parquet) sort rows
 stably by arrival; equal arrivals are kept; arrivals are shifted to start at 0. Everything else
-that is wrong is a `TraceError` naming the file, the row and the column.
+that is wrong is a `TraceError` naming the file, the row and the column (rows as the file counts
+them: the line of a CSV or JSONL file, the header being line 1; the record of a Parquet file,
+from 1). A problem of the whole file names the file and says what is wrong with it: empty, not
+readable as Parquet, no or another schema version, a column of the wrong type.
 """
 
 from __future__ import annotations
