@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from autotune.cli.traffic import traffic_app
 from autotune.errors import AutotuneError, ConfigError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -17,7 +18,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Find, prove and publish the vLLM engine arguments with the most "
                        "capacity under a P99 latency SLO.")
 db_app = typer.Typer(no_args_is_help=True, help="Database migrations.")
-traffic_app = typer.Typer(no_args_is_help=True, help="Traffic traces.")
 models_app = typer.Typer(no_args_is_help=True, help="Model directories for real engines.")
 app.add_typer(db_app, name="db")
 app.add_typer(models_app, name="models")
@@ -291,56 +291,7 @@ def dashboard(
     optuna_dashboard.run_server(url, host=host, port=port)
 
 
-# -- traffic ------------------------------------------------------------------------------------
-@traffic_app.command("synth")
-def traffic_synth(
-    out: Annotated[Path, typer.Option(help="Where to write the JSONL trace.")],
-    requests: Annotated[int, typer.Option(help="Number of requests.")] = 600,
-    rate: Annotated[float, typer.Option(help="Mean arrival rate, requests/s.")] = 5.0,
-    seed: Annotated[int, typer.Option(help="Seed; equal seeds give equal files.")] = 0,
-) -> None:
-    """Write a synthetic chat-like trace (the bundled demo trace is the default one)."""
-    from autotune.traffic.synthetic import chat_trace_rows, write_jsonl
-
-    if requests < 1 or rate <= 0:
-        raise ConfigError("--requests must be at least 1 and --rate positive")
-    write_jsonl(chat_trace_rows(requests=requests, rate_rps=rate, seed=seed), out)
-    console.print(f"wrote {requests} requests to {out}")
-
-
-@traffic_app.command("show")
-def traffic_show(
-    trace: Annotated[Path, typer.Argument(help="A trace file (JSONL, Azure CSV, Mooncake JSONL).")],
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
-    hot_max_tokens: Annotated[int, typer.Option(help="Hot path: output tokens at most this.")] = 512,
-) -> None:
-    """Statistics of a trace: rate, burstiness, length percentiles, prefix sharing, path mix."""
-    import json
-
-    from rich.table import Table
-
-    from autotune.traffic.stats import trace_stats
-    from autotune.traffic.trace import load_trace
-
-    stats = trace_stats(load_trace(trace), hot_max_tokens=hot_max_tokens)
-    if as_json:
-        print(json.dumps(stats))
-        return
-    table = Table(title=f"Trace {stats['name']}", title_justify="left", show_header=False)
-    table.add_row("requests", f"{stats['requests']:,}")
-    table.add_row("duration", f"{stats['duration_s']:,.1f} s")
-    table.add_row("rate", f"{stats['rate_rps']:.2f} requests/s (burstiness CV "
-                          f"{stats['burstiness_cv']:.2f})")
-    for key in ("prompt_tokens", "output_tokens"):
-        p = stats[key]
-        table.add_row(key.replace("_", " "), f"p50 {p['p50']:,.0f}  p90 {p['p90']:,.0f}  "
-                                             f"p99 {p['p99']:,.0f}")
-    table.add_row("prefix share", f"{stats['prefix_share_ratio']:.1%} of prompt tokens")
-    mix = stats["path_mix"]
-    table.add_row("paths", f"hot {mix['hot']:.1%}  warm {mix['warm']:.1%}  cold {mix['cold']:.1%}")
-    console.print(table)
-
-
+# -- models -------------------------------------------------------------------------------------
 @models_app.command("make-tiny")
 def models_make_tiny(
     directory: Annotated[Path, typer.Argument(help="Where to write the model directory.")],

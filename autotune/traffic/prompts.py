@@ -14,8 +14,12 @@ from autotune.traffic.trace import Trace
 FIRST_ID = 10
 
 
-def _block(seed: int, key: int, length: int, vocab_size: int) -> np.ndarray:
-    rng = np.random.default_rng([seed, key & 0xFFFFFFFF, key >> 32 & 0xFFFFFFFF])
+SHARED, UNIQUE = 0, 1  # separate key spaces: no hash id can stand for a request's own tail
+
+
+def _block(seed: int, space: int, key: int, length: int, vocab_size: int) -> np.ndarray:
+    key &= 0xFFFFFFFFFFFFFFFF  # hash ids are 64-bit, signed or not
+    rng = np.random.default_rng([seed & 0xFFFFFFFF, space, key & 0xFFFFFFFF, key >> 32])
     return rng.integers(FIRST_ID, vocab_size, size=length, dtype=np.int64)
 
 
@@ -29,8 +33,8 @@ def prompt_token_ids(trace: Trace, index: int, *, vocab_size: int, seed: int = 0
     for h in trace.hash_ids[index]:
         if have >= length:
             break
-        parts.append(_block(seed, int(h) + 1, trace.hash_block_tokens, vocab_size))
+        parts.append(_block(seed, SHARED, int(h), trace.hash_block_tokens, vocab_size))
         have += trace.hash_block_tokens
     if have < length:  # the unique tail of this request
-        parts.append(_block(seed, -(index + 1) & 0xFFFFFFFFFFFF, length - have, vocab_size))
+        parts.append(_block(seed, UNIQUE, index, length - have, vocab_size))
     return np.concatenate(parts)[:length].tolist() if parts else []

@@ -1,7 +1,8 @@
 """What a trace looks like: rate, burstiness, lengths, prefix sharing and the hot / warm / cold
 mix of the tuning guide.
 
-A request is *hot* if its output length (its max_tokens where known) is at most `hot_max_tokens`;
+A request is *hot* if its max_tokens (its output length where max_tokens is unknown) is at most
+`hot_max_tokens`;
 otherwise *warm* if its first prefix block is one of the high-frequency prefixes (shared by at
 least `warm_min_share` of all requests); otherwise *cold*.
 """
@@ -40,9 +41,10 @@ def prefix_share_ratio(trace: Trace) -> float:
 def paths(trace: Trace, *, hot_max_tokens: int = 512, warm_min_share: float = 0.01) -> list[str]:
     firsts = Counter(ids[0] for ids in trace.hash_ids if ids)
     frequent = {h for h, n in firsts.items() if n >= max(2, warm_min_share * len(trace))}
+    budget = trace.budget_tokens()
     out = []
     for i, ids in enumerate(trace.hash_ids):
-        if int(trace.output_tokens[i]) <= hot_max_tokens:
+        if int(budget[i]) <= hot_max_tokens:
             out.append("hot")
         elif ids and ids[0] in frequent:
             out.append("warm")

@@ -1,33 +1,45 @@
 """Trace: one row per request, the traffic a trial replays.
 
-This first version reads JSONL (one object per line: arrival_s, prompt_tokens, output_tokens,
-optional hash_ids and max_tokens) and validates it; the traffic issue adds the Parquet store and
-importers for public formats.
+Columns: `arrival_s` (seconds from the first request), `prompt_tokens`, `output_tokens`, and
+optional ones: `max_tokens` (what the client asked for), `api` (``chat`` or ``completion``),
+`session_id`, the tags `tenant` and `priority`, prefix block hashes (`hash_ids`, each block
+`hash_block_tokens` long; equal ids mean a shared prefix) and the prompt text. An optional
+column that a trace lacks is an empty tuple; a row without a value holds None.
+
+`load_trace` reads every format an importer knows (see `autotune.traffic.formats`), detected by
+content: the Parquet store, our JSONL, the capture proxy's log, Azure, Mooncake and BurstGPT.
 """
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from autotune.errors import TraceError
-
 BUNDLED_DIR = Path(__file__).resolve().parents[1] / "data"
 DEMO_TRACE = BUNDLED_DIR / "demo_chat.jsonl"
+DEFAULT_BLOCK_TOKENS = 512
+
+# Optional per-row columns: Trace field -> key in rows (JSONL, to_rows/from_rows).
+OPTIONAL_COLUMNS = {"texts": "prompt", "max_tokens": "max_tokens", "apis": "api",
+                    "session_ids": "session_id", "tenants": "tenant", "priorities": "priority"}
+
+
+def _frozen(values: object, dtype: type) -> np.ndarray:
+    array: np.ndarray = np.array(values, dtype=dtype)
+    array.setflags(write=False)
+    return array
 
 
 @dataclass(frozen=True)
 class Trace:
     """Requests sorted by arrival. Arrays are read-only; hash_ids are per-request tuples of
-    prefix-block ids (each block `hash_block_tokens` long; equal ids mean a shared prefix)."""
+    prefix-block ids (each block `hash_block_tokens` long; equal ids mean a shared prefix).
+    start_epoch_s: the wall-clock time of arrival 0 where the source had absolute times."""
 
     name: str
     arrival_s: np.ndarray
@@ -37,43 +49,123 @@ class Trace:
     hash_block_tokens: int
     digest: str
     texts: tuple[str | None, ...] = ()  # prompt text per request, where the trace has it
+    max_tokens: tuple[int | None, ...] = ()
+    apis: tuple[str | None, ...] = ()  # "chat" or "completion"
+    session_ids: tuple[str | None, ...] = ()
+    tenants: tuple[str | None, ...] = ()
+    priorities: tuple[int | None, ...] = ()
+    start_epoch_s: float | None = None
+
+    @classmethod
+    def from_columns(
+        cls, name: str, *, arrival_s: Sequence[float] | np.ndarray,
+        prompt_tokens: Sequence[int] | np.ndarray, output_tokens: Sequence[int] | np.ndarray,
+        hash_ids: Sequence[Sequence[int]] = (), hash_block_tokens: int = DEFAULT_BLOCK_TOKENS,
+        digest: str | None = None, texts: Sequence[str | None] = (),
+        max_tokens: Sequence[int | None] = (), apis: Sequence[str | None] = (),
+        session_ids: Sequence[str | None] = (), tenants: Sequence[str | None] = (),
+        priorities: Sequence[int | None] = (), start_epoch_s: float | None = None,
+    ) -> Trace:
+        """A trace from columns (already checked); digest None: a digest of the content."""
+        n = len(arrival_s)
+
+        def optional(values: Sequence[object]) -> tuple[object, ...]:
+            values = tuple(values)
+            if values and len(values) != n:
+                raise ValueError(f"column of {len(values)} values for {n} requests")
+            return values if any(v is not None for v in values) else ()
+
+        trace = cls(name, _frozen(arrival_s, np.float64), _frozen(prompt_tokens, np.int64),
+                    _frozen(output_tokens, np.int64),
+                    tuple(tuple(int(h) for h in ids) for ids in hash_ids) or tuple(() for _ in range(n)),
+                    int(hash_block_tokens), digest or "",
+                    optional(texts), optional(max_tokens), optional(apis),  # type: ignore[arg-type]
+                    optional(session_ids), optional(tenants), optional(priorities),  # type: ignore[arg-type]
+                    start_epoch_s)
+        return trace if digest else replace(trace, digest=trace.content_digest())
 
     @classmethod
     def from_rows(cls, name: str, rows: list[dict[str, object]]) -> Trace:
         """A trace from in-memory rows (same keys as the JSONL file), for generators and tests."""
-        data = json.dumps(rows, sort_keys=True).encode()
-        arrays = [np.asarray([r[k] for r in rows], dtype=dt) for k, dt in (
-            ("arrival_s", np.float64), ("prompt_tokens", np.int64), ("output_tokens", np.int64))]
-        for a in arrays:
-            a.setflags(write=False)
-        block = int(rows[0].get("hash_block_tokens", 512)) if rows else 512  # type: ignore[call-overload]
-        texts = tuple(r.get("prompt") for r in rows)  # type: ignore[misc]
-        return cls(name, arrays[0], arrays[1], arrays[2],
-                   tuple(tuple(r.get("hash_ids") or ()) for r in rows),  # type: ignore[arg-type]
-                   block, "sha256:" + hashlib.sha256(data).hexdigest(),
-                   texts if any(t is not None for t in texts) else ())  # type: ignore[arg-type]
+        block = int(rows[0].get("hash_block_tokens", DEFAULT_BLOCK_TOKENS)) if rows else DEFAULT_BLOCK_TOKENS  # type: ignore[call-overload]
+        extras = {f: [r.get(key) for r in rows] for f, key in OPTIONAL_COLUMNS.items()}
+        return cls.from_columns(
+            name, arrival_s=[r["arrival_s"] for r in rows],  # type: ignore[misc]
+            prompt_tokens=[r["prompt_tokens"] for r in rows],  # type: ignore[misc]
+            output_tokens=[r["output_tokens"] for r in rows],  # type: ignore[misc]
+            hash_ids=[r.get("hash_ids") or () for r in rows],  # type: ignore[misc]
+            hash_block_tokens=block, **extras)  # type: ignore[arg-type]
+
+    def content_digest(self) -> str:
+        """sha256 over every column: equal traces have equal digests, whatever file they came from."""
+        h = hashlib.sha256()
+        for array in (self.arrival_s, self.prompt_tokens, self.output_tokens):
+            h.update(np.ascontiguousarray(array).tobytes())
+        h.update(json.dumps([self.hash_ids, self.hash_block_tokens, self.start_epoch_s,
+                             *(getattr(self, f) for f in OPTIONAL_COLUMNS)]).encode())
+        return "sha256:" + h.hexdigest()
+
+    def evolve(self, **columns: object) -> Trace:
+        """A copy with some columns replaced (e.g. arrival_s=...), its digest recomputed."""
+        current: dict[str, object] = {
+            "arrival_s": self.arrival_s, "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens, "hash_ids": self.hash_ids,
+            "hash_block_tokens": self.hash_block_tokens, "start_epoch_s": self.start_epoch_s,
+            **{f: getattr(self, f) for f in OPTIONAL_COLUMNS}}
+        unknown = set(columns) - set(current)
+        if unknown:
+            raise TypeError(f"not trace columns: {', '.join(sorted(unknown))}")
+        return Trace.from_columns(self.name, **{**current, **columns})  # type: ignore[arg-type]
+
+    def take(self, index: Sequence[int] | np.ndarray, name: str | None = None, *,
+             shift: bool = True) -> Trace:
+        """The requests at `index` (ascending), arrivals shifted to begin at 0 unless shift is
+        False; every column is kept."""
+        idx = np.asarray(index, dtype=np.int64)
+        arrival = self.arrival_s[idx]
+        offset = float(arrival[0]) if shift and len(arrival) else 0.0
+        extras = {f: tuple(getattr(self, f)[i] for i in idx) if getattr(self, f) else ()
+                  for f in OPTIONAL_COLUMNS}
+        return Trace.from_columns(
+            name or self.name, arrival_s=arrival - offset, prompt_tokens=self.prompt_tokens[idx],
+            output_tokens=self.output_tokens[idx], hash_ids=[self.hash_ids[i] for i in idx],
+            hash_block_tokens=self.hash_block_tokens,
+            start_epoch_s=None if self.start_epoch_s is None else self.start_epoch_s + offset,
+            **extras)  # type: ignore[arg-type]
 
     def slice(self, start: int, count: int) -> Trace:
         """Requests start .. start+count-1, arrivals shifted to begin at 0."""
-        rows = self.to_rows()[start:start + count]
-        if rows:
-            t0 = float(rows[0]["arrival_s"])  # type: ignore[arg-type]
-            for r in rows:
-                r["arrival_s"] = float(r["arrival_s"]) - t0  # type: ignore[arg-type]
-        return Trace.from_rows(f"{self.name}[{start}:{start + count}]", rows)
+        index = range(len(self))[start:start + count]
+        return self.take(list(index), f"{self.name}[{start}:{start + count}]")
 
     def text(self, index: int) -> str | None:
         return self.texts[index] if self.texts else None
 
+    def max_tokens_of(self, index: int) -> int | None:
+        return self.max_tokens[index] if self.max_tokens else None
+
+    def api(self, index: int) -> str | None:
+        return self.apis[index] if self.apis else None
+
+    def budget_tokens(self) -> np.ndarray:
+        """Per request its max_tokens where known, else its output length (the hot-path test)."""
+        if not self.max_tokens:
+            return self.output_tokens
+        return np.array([m if m is not None else int(o)
+                         for m, o in zip(self.max_tokens, self.output_tokens, strict=True)],
+                        dtype=np.int64)
+
     def to_rows(self) -> list[dict[str, object]]:
         rows: list[dict[str, object]] = []
+        extras = [(key, getattr(self, f)) for f, key in OPTIONAL_COLUMNS.items() if getattr(self, f)]
         for i in range(len(self)):
             row: dict[str, object] = {
                 "arrival_s": float(self.arrival_s[i]), "prompt_tokens": int(self.prompt_tokens[i]),
                 "output_tokens": int(self.output_tokens[i]), "hash_ids": list(self.hash_ids[i]),
                 "hash_block_tokens": self.hash_block_tokens}
-            if self.text(i) is not None:
-                row["prompt"] = self.text(i)
+            for key, values in extras:
+                if values[i] is not None:
+                    row[key] = values[i]
             rows.append(row)
         return rows
 
@@ -85,159 +177,16 @@ class Trace:
         return float(self.arrival_s[-1] - self.arrival_s[0]) if len(self) else 0.0
 
 
+TRACE_FIELDS = tuple(f.name for f in fields(Trace))
+
+
 def file_digest(path: Path) -> str:
     return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _row_error(path: Path, row: int, column: str, what: str) -> TraceError:
-    return TraceError(f"{path}: row {row}, column {column!r}: {what}; fix or drop that row")
-
-
-AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"
-
-
 def load_trace(path: str | Path) -> Trace:
-    """Load and validate a trace: our JSONL, or an Azure LLM inference trace CSV (recognised by
-    its header; the traffic issue adds the other public formats)."""
-    path = Path(path)
-    if not path.is_file():
-        raise TraceError(f"trace file {path} does not exist; pass --trace with a trace file "
-                         f"(the bundled demo trace is {DEMO_TRACE})")
-    with path.open() as f:
-        first = f.readline().strip()
-    if first.replace(" ", "") == AZURE_HEADER:
-        return _load_azure_csv(path)
-    if _is_mooncake(first):
-        return _load_mooncake(path)
-    return _load_jsonl(path)
+    """Load and validate a trace in any format an importer reads, recognised by its content
+    (see `autotune.traffic.formats`)."""
+    from autotune.traffic.formats import read_trace
 
-
-MOONCAKE_BLOCK_TOKENS = 512  # Mooncake's hash_ids each stand for 512 prompt tokens
-
-
-def _is_mooncake(first_line: str) -> bool:
-    try:
-        rec = json.loads(first_line)
-    except json.JSONDecodeError:
-        return False
-    return isinstance(rec, dict) and {"timestamp", "input_length", "output_length"} <= set(rec)
-
-
-def _json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(row number, object) for every non-empty line of a JSONL file."""
-    with path.open() as f:
-        for row, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise _row_error(path, row, "*", f"not a JSON object ({exc.msg})") from None
-            if not isinstance(rec, dict):
-                raise _row_error(path, row, "*", "not a JSON object")
-            yield row, rec
-
-
-def _check_lengths(path: Path, row: int, rec: dict[str, Any], cols: tuple[str, str, str]) -> None:
-    """cols: the time, prompt-length and output-length columns of this format."""
-    for col in cols:
-        value = rec.get(col)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-            raise _row_error(path, row, col, f"expected a non-negative number, got {value!r}")
-    if rec[cols[1]] < 1 or rec[cols[2]] < 1:
-        raise _row_error(path, row, f"{cols[1]}/{cols[2]}", "must be at least 1")
-
-
-def _hash_ids(path: Path, row: int, rec: dict[str, Any]) -> list[int]:
-    ids = rec.get("hash_ids") or []
-    if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
-        raise _row_error(path, row, "hash_ids", "expected a list of integers")
-    return ids
-
-
-def _load_mooncake(path: Path) -> Trace:
-    """Mooncake (FAST'25) JSONL: timestamp in ms from the start, input_length, output_length,
-    hash_ids of 512-token prompt blocks."""
-    rows: list[dict[str, object]] = []
-    for row, rec in _json_lines(path):
-        _check_lengths(path, row, rec, ("timestamp", "input_length", "output_length"))
-        ids = _hash_ids(path, row, rec)
-        rows.append({"arrival_s": rec["timestamp"] / 1000.0, "prompt_tokens": int(rec["input_length"]),
-                     "output_tokens": int(rec["output_length"]), "hash_ids": ids,
-                     "hash_block_tokens": MOONCAKE_BLOCK_TOKENS})
-    return _imported(path, rows)
-
-
-def _load_azure_csv(path: Path) -> Trace:
-    """Azure 2023/2024 traces: TIMESTAMP (wall clock), ContextTokens, GeneratedTokens.
-    Rows are sorted by time (a documented repair: the published files are nearly sorted)."""
-    rows: list[dict[str, object]] = []
-    t0: datetime | None = None
-    with path.open(newline="") as f:
-        for row, rec in enumerate(csv.DictReader(f), start=2):
-            try:
-                # Seven fractional digits (100 ns) are more than fromisoformat takes.
-                stamp = rec["TIMESTAMP"].strip()
-                head, _, frac = stamp.partition(".")
-                when = datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}" if frac else head)
-            except (ValueError, KeyError, AttributeError):
-                raise _row_error(path, row, "TIMESTAMP", "expected a timestamp") from None
-            t0 = t0 or when
-            values = {}
-            for col in ("ContextTokens", "GeneratedTokens"):
-                try:
-                    values[col] = int(rec[col])
-                except (ValueError, KeyError, TypeError):
-                    raise _row_error(path, row, col, f"expected an integer, got {rec.get(col)!r}") from None
-                if values[col] < 1:
-                    raise _row_error(path, row, col, "must be at least 1")
-            rows.append({"arrival_s": (when - t0).total_seconds(),
-                         "prompt_tokens": values["ContextTokens"],
-                         "output_tokens": values["GeneratedTokens"]})
-    return _imported(path, rows)
-
-
-def _imported(path: Path, rows: list[dict[str, object]]) -> Trace:
-    """A trace from an importer's rows, sorted by arrival, with the file's digest.
-
-    Sorting is a documented repair, not a refusal: public traces and gateway logs are written by
-    many servers and are only nearly sorted."""
-    if not rows:
-        raise TraceError(f"trace file {path} holds no requests; give a trace with at least one row")
-    rows.sort(key=lambda r: float(r["arrival_s"]))  # type: ignore[arg-type]
-    trace = Trace.from_rows(path.stem, rows)
-    return Trace(trace.name, trace.arrival_s, trace.prompt_tokens, trace.output_tokens,
-                 trace.hash_ids, trace.hash_block_tokens, file_digest(path))
-
-
-def _load_jsonl(path: Path) -> Trace:
-    arrival: list[float] = []
-    prompt: list[int] = []
-    output: list[int] = []
-    hashes: list[tuple[int, ...]] = []
-    texts: list[str | None] = []
-    block_tokens = 0
-    for row, rec in _json_lines(path):
-        _check_lengths(path, row, rec, ("arrival_s", "prompt_tokens", "output_tokens"))
-        if arrival and rec["arrival_s"] < arrival[-1]:
-            raise _row_error(path, row, "arrival_s", "arrivals must not go back in time")
-        text = rec.get("prompt")
-        if text is not None and not isinstance(text, str):
-            raise _row_error(path, row, "prompt", "expected the prompt text as a string")
-        ids = _hash_ids(path, row, rec)
-        if ids:
-            block_tokens = int(rec.get("hash_block_tokens", block_tokens or 512))
-        arrival.append(float(rec["arrival_s"]))
-        prompt.append(int(rec["prompt_tokens"]))
-        output.append(int(rec["output_tokens"]))
-        hashes.append(tuple(ids))
-        texts.append(text)
-    if not arrival:
-        raise TraceError(f"trace file {path} holds no requests; give a trace with at least one row")
-    start = arrival[0]
-    arrays = [np.asarray(a, dtype=dt) for a, dt in (([t - start for t in arrival], np.float64),
-                                                   (prompt, np.int64), (output, np.int64))]
-    for a in arrays:
-        a.setflags(write=False)
-    return Trace(path.stem, arrays[0], arrays[1], arrays[2], tuple(hashes), block_tokens or 512,
-                 file_digest(path), tuple(texts) if any(t is not None for t in texts) else ())
+    return read_trace(Path(path))

@@ -1,0 +1,177 @@
+"""`autotune traffic ...`: synthesise, import, show, split and shape traces. Bad input is an
+AutotuneError, which `autotune.cli.main` prints as one line with exit code 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from autotune.errors import ConfigError
+
+traffic_app = typer.Typer(no_args_is_help=True, help="Traffic traces: synth, import, show, "
+                                                     "split, shape.")
+console = Console()
+if not console.is_terminal:
+    console = Console(width=160)
+
+HotMax = Annotated[int, typer.Option(help="Hot path: max_tokens (else output tokens) at most this.")]
+WarmShare = Annotated[float, typer.Option(
+    help="Warm path: a first prefix block shared by at least this fraction of requests.")]
+
+
+def _check_paths(hot_max_tokens: int, warm_min_share: float) -> None:
+    if hot_max_tokens < 1 or not 0 <= warm_min_share <= 1:
+        raise ConfigError("--hot-max-tokens must be at least 1 and --warm-min-share in [0, 1]")
+
+
+@traffic_app.command("synth")
+def traffic_synth(
+    out: Annotated[Path, typer.Option(help="Where to write the JSONL trace.")],
+    requests: Annotated[int, typer.Option(help="Number of requests.")] = 600,
+    rate: Annotated[float, typer.Option(help="Mean arrival rate, requests/s.")] = 5.0,
+    seed: Annotated[int, typer.Option(help="Seed; equal seeds give equal files.")] = 0,
+) -> None:
+    """Write a synthetic chat-like trace (the bundled demo trace is the default one)."""
+    from autotune.traffic.synthetic import chat_trace_rows, write_jsonl
+
+    if requests < 1 or rate <= 0:
+        raise ConfigError("--requests must be at least 1 and --rate positive")
+    write_jsonl(chat_trace_rows(requests=requests, rate_rps=rate, seed=seed), out)
+    console.print(f"wrote {requests} requests to {out}")
+
+
+@traffic_app.command("import")
+def traffic_import(
+    file: Annotated[Path, typer.Argument(help="The trace or log to import.")],
+    out: Annotated[Path, typer.Option(help="The Parquet trace to write.")],
+    fmt: Annotated[str, typer.Option(
+        "--format", help="auto (by content), azure, mooncake, burstgpt, openai-log "
+                         "(the capture proxy's log), jsonl or parquet.")] = "auto",
+    model: Annotated[str | None, typer.Option(help="BurstGPT: keep only this model's rows.")] = None,
+    map_spec: Annotated[str | None, typer.Option(
+        "--map", help="Read any CSV or JSONL: target=source,... with targets arrival, "
+                      "prompt_tokens, output_tokens, max_tokens, api, session_id, tenant, "
+                      "priority, hash_ids, hash_block_tokens, text; dotted sources walk into "
+                      "nested JSON (usage.prompt_tokens).")] = None,
+    time_unit: Annotated[str | None, typer.Option(
+        help="With --map: the arrival column's unit, s, ms, us, ns or iso (default s).")] = None,
+) -> None:
+    """Import a trace file into the Parquet store (validated; written atomically)."""
+    from autotune.traffic.formats import import_file
+    from autotune.traffic.formats.mapped import check_time_unit, parse_mapping
+    from autotune.traffic.parquet_store import write_parquet
+
+    if time_unit is not None and map_spec is None:
+        raise ConfigError("--time-unit goes with --map (the known formats know their units)")
+    mapping = parse_mapping(map_spec) if map_spec is not None else None
+    unit = check_time_unit(time_unit or "s")
+    imported = import_file(file, fmt, model=model, mapping=mapping, time_unit=unit)
+    write_parquet(imported.trace, out)
+    t = imported.trace
+    console.print(f"imported {len(t):,} requests ({imported.format}) spanning "
+                  f"{t.duration_s:,.1f} s into {out}", soft_wrap=True)
+    for note in imported.notes:
+        console.print(f"  {note}", soft_wrap=True)
+
+
+@traffic_app.command("show")
+def traffic_show(
+    trace: Annotated[Path, typer.Argument(help="A trace: Parquet or any file an importer reads.")],
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+    plot: Annotated[Path | None, typer.Option(
+        help="Also write a PNG: rate over time and the length distributions.")] = None,
+    hot_max_tokens: HotMax = 512,
+    warm_min_share: WarmShare = 0.01,
+) -> None:
+    """Statistics of a trace: rate, burstiness, length percentiles, prefix sharing, path mix."""
+    from autotune.traffic.stats import trace_stats
+    from autotune.traffic.trace import load_trace
+
+    _check_paths(hot_max_tokens, warm_min_share)
+    loaded = load_trace(trace)
+    stats = trace_stats(loaded, hot_max_tokens=hot_max_tokens, warm_min_share=warm_min_share)
+    if plot is not None:
+        from autotune.traffic.plot import plot_trace
+
+        plot_trace(loaded, plot, hot_max_tokens=hot_max_tokens, warm_min_share=warm_min_share)
+    if as_json:
+        print(json.dumps(stats))
+        return
+    _print_stats(stats)
+    if plot is not None:
+        console.print(f"wrote {plot}")
+
+
+def _print_stats(stats: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"Trace {stats['name']}", title_justify="left", show_header=False)
+    table.add_row("requests", f"{stats['requests']:,}")
+    table.add_row("duration", f"{stats['duration_s']:,.1f} s")
+    table.add_row("rate", f"{stats['rate_rps']:.2f} requests/s (burstiness CV "
+                          f"{stats['burstiness_cv']:.2f})")
+    for key in ("prompt_tokens", "output_tokens"):
+        p = stats[key]
+        table.add_row(key.replace("_", " "), f"p50 {p['p50']:,.0f}  p90 {p['p90']:,.0f}  "
+                                             f"p99 {p['p99']:,.0f}")
+    table.add_row("prefix share", f"{stats['prefix_share_ratio']:.1%} of prompt tokens")
+    mix = stats["path_mix"]
+    table.add_row("paths", f"hot {mix['hot']:.1%}  warm {mix['warm']:.1%}  cold {mix['cold']:.1%}")
+    console.print(table)
+
+
+@traffic_app.command("split")
+def traffic_split(
+    trace: Annotated[Path, typer.Argument(help="A trace: Parquet or any file an importer reads.")],
+    out: Annotated[Path, typer.Option(help="Directory for hot.parquet, warm.parquet, cold.parquet.")],
+    hot_max_tokens: HotMax = 512,
+    warm_min_share: WarmShare = 0.01,
+) -> None:
+    """Write one sub-trace per path (hot / warm / cold; a path without requests gets no file)."""
+    from autotune.traffic.split import PATH_NAMES, split_by_path, write_split
+    from autotune.traffic.trace import load_trace
+
+    _check_paths(hot_max_tokens, warm_min_share)
+    loaded = load_trace(trace)
+    parts = split_by_path(loaded, hot_max_tokens=hot_max_tokens, warm_min_share=warm_min_share)
+    written = write_split(parts, out)
+    for name in PATH_NAMES:
+        if name in written:
+            console.print(f"{name}: {len(parts[name]):,} requests -> {written[name]}")
+        else:
+            console.print(f"{name}: no requests, no file")
+
+
+@traffic_app.command("shape")
+def traffic_shape(
+    trace: Annotated[Path, typer.Argument(help="A trace: Parquet or any file an importer reads.")],
+    out: Annotated[Path, typer.Option(help="The Parquet trace to write.")],
+    start: Annotated[str | None, typer.Option(
+        help="Window start: seconds from the first request, or an ISO time.")] = None,
+    end: Annotated[str | None, typer.Option(help="Window end (exclusive), like --start.")] = None,
+    last_days: Annotated[float | None, typer.Option(help="Window: the last N days.")] = None,
+    sample: Annotated[int | None, typer.Option(
+        help="Keep N requests, spread so the rate over time keeps its shape.")] = None,
+    rate_scale: Annotated[float, typer.Option(help="Multiply the arrival rate by this.")] = 1.0,
+    max_model_len: Annotated[int | None, typer.Option(
+        help="Cap prompt + output tokens to this context length.")] = None,
+    seed: Annotated[int, typer.Option(help="Sampling seed; equal seeds give equal traces.")] = 0,
+) -> None:
+    """Window, down-sample, rate-scale and length-cap a trace for replay (deterministic)."""
+    from autotune.traffic.parquet_store import write_parquet
+    from autotune.traffic.shape import ShapeSpec, shape, time_offset_s
+    from autotune.traffic.trace import load_trace
+
+    loaded = load_trace(trace)
+    spec = ShapeSpec(start_s=None if start is None else time_offset_s(start, loaded),
+                     end_s=None if end is None else time_offset_s(end, loaded),
+                     last_days=last_days, sample_requests=sample, rate_scale=rate_scale,
+                     max_model_len=max_model_len, seed=seed)
+    shaped = shape(loaded, spec)
+    write_parquet(shaped, out)
+    console.print(f"wrote {len(shaped):,} of {len(loaded):,} requests spanning "
+                  f"{shaped.duration_s:,.1f} s to {out}", soft_wrap=True)
