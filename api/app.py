@@ -6,10 +6,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
+from sqlalchemy import Engine
 
 from api.deps import require_reader
 from api.errors import CatchUnhandled, install_error_handlers
-from api.routes import campaigns, deployments, health
+from api.metrics import ApiMetrics, RequestMetrics
+from api.routes import campaigns, deployments, health, metrics
 from autotune import __version__
 from autotune.settings import Settings, get_settings
 from autotune.storage.db import make_engine
@@ -29,13 +31,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                               "Every error is `{\"error\": {\"type\", \"message\"}}`.")
     app.state.settings = settings
 
-    install_error_handlers(app)
-    app.add_middleware(CatchUnhandled)
+    def engine_of() -> Engine | None:
+        return getattr(app.state, "engine", None)
 
-    # Probes stay open; reads need the token only
+    app.state.metrics = ApiMetrics(engine_of)
+    install_error_handlers(app)
+    # Added last is outermost: the metrics see the 500s that CatchUnhandled makes.
+    app.add_middleware(CatchUnhandled)
+    app.add_middleware(RequestMetrics, metrics=app.state.metrics)
+
+    # Probes stay open; reads (and the metrics, which name deployments) need the token only
     # with AUTOTUNE_API__PROTECT_READS, and only then does the OpenAPI document say so.
     reads = [Depends(require_reader)] if settings.api.protect_reads else []
     app.include_router(health.router)
+    app.include_router(metrics.router, dependencies=reads)
     app.include_router(deployments.router, dependencies=reads)
     app.include_router(campaigns.router, dependencies=reads)
     return app
