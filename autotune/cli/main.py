@@ -39,9 +39,9 @@ def _setup_logging(level: str) -> None:
 
 
 def _settings() -> Any:
-    from autotune.settings import get_settings
-
     from pydantic import ValidationError
+
+    from autotune.settings import get_settings
 
     try:
         return get_settings()
