@@ -5,20 +5,16 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException
+from fastapi import Depends, FastAPI
+from sqlalchemy import Engine
 
-from api.routes import campaigns, deployments, health
+from api.deps import require_reader
+from api.errors import CatchUnhandled, install_error_handlers
+from api.metrics import ApiMetrics, RequestMetrics
+from api.routes import campaigns, deployments, health, metrics
 from autotune import __version__
-from autotune.errors import AutotuneError, NotFoundError, StorageError
 from autotune.settings import Settings, get_settings
 from autotune.storage.db import make_engine
-
-
-def _error(status: int, kind: str, message: str) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": {"type": kind, "message": message}})
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -31,24 +27,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.engine.dispose()
 
     app = FastAPI(title="autotune", version=__version__, lifespan=lifespan,
-                  description="Published vLLM serving configs, tuned for capacity under a P99 SLO.")
+                  description="Published vLLM serving configs, tuned for capacity under a P99 SLO. "
+                              "Every error is `{\"error\": {\"type\", \"message\"}}`.")
     app.state.settings = settings
 
-    @app.exception_handler(AutotuneError)
-    async def _autotune_error(_: Request, exc: AutotuneError) -> JSONResponse:
-        status = 404 if isinstance(exc, NotFoundError) else 503 if isinstance(
-            exc, StorageError) else 400
-        return _error(status, type(exc).__name__, str(exc))
+    def engine_of() -> Engine | None:
+        return getattr(app.state, "engine", None)
 
-    @app.exception_handler(HTTPException)
-    async def _http_error(_: Request, exc: HTTPException) -> JSONResponse:
-        return _error(exc.status_code, "HTTPError", str(exc.detail))
+    app.state.metrics = ApiMetrics(engine_of)
+    install_error_handlers(app)
+    # Added last is outermost: the metrics see the 500s that CatchUnhandled makes.
+    app.add_middleware(CatchUnhandled)
+    app.add_middleware(RequestMetrics, metrics=app.state.metrics)
 
-    @app.exception_handler(RequestValidationError)
-    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return _error(422, "ValidationError", str(exc.errors()[0].get("msg", "invalid request")))
-
+    # Probes stay open; reads (and the metrics, which name deployments) need the token only
+    # with AUTOTUNE_API__PROTECT_READS, and only then does the OpenAPI document say so.
+    reads = [Depends(require_reader)] if settings.api.protect_reads else []
     app.include_router(health.router)
-    app.include_router(deployments.router)
-    app.include_router(campaigns.router)
+    app.include_router(metrics.router, dependencies=reads)
+    app.include_router(deployments.router, dependencies=reads)
+    app.include_router(campaigns.router, dependencies=reads)
     return app

@@ -4,16 +4,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
+
+# Integer columns are 32-bit on PostgreSQL: a bigger id or trial number cannot exist.
+MAX_DB_INT = 2**31 - 1
 
 
 class ErrorBody(BaseModel):
-    type: str
-    message: str
+    type: str = Field(description="Stable and machine-readable: NotFoundError, ValidationError, "
+                                  "Unauthorized, MethodNotAllowed, InternalError, ...")
+    message: str = Field(description="One line: what was wrong and how to fix it.")
 
 
 class ErrorResponse(BaseModel):
+    """The one shape of every error the API answers."""
+
     error: ErrorBody
+
+
+def error_docs(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` entries for these error statuses, all in the one error shape."""
+    return {status: {"model": ErrorResponse} for status in statuses}
 
 
 class HistoryEntry(BaseModel):
@@ -92,8 +103,11 @@ class TrialPage(BaseModel):
 
 
 class PublishRequest(BaseModel):
-    campaign: str
-    trial: int | None = None  # default: the campaign's best feasible trial
-    period: str | None = None
-    note: str | None = None
-    by: str | None = None
+    campaign: str = Field(min_length=1, max_length=100)
+    trial: int | None = Field(None, ge=0, le=MAX_DB_INT,
+                              description="Default: the campaign's best feasible trial.")
+    period: str | None = Field(None, min_length=1, max_length=20,
+                               description="Default: the campaign's name if it is a quarter "
+                                           "label like 2026Q4, else this quarter.")
+    note: str | None = Field(None, max_length=2000)
+    by: str | None = Field(None, min_length=1, max_length=100)

@@ -8,12 +8,15 @@ from autotune import catalogue
 from autotune.errors import ConfigError
 
 TRAFFIC_PROFILES = ("chat", "batch")
+# What a deployment may be called (the API checks path names against it too).
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+NAME_MAX_LENGTH = 100
 
 
 class DeploymentSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    name: str = Field(min_length=1, max_length=NAME_MAX_LENGTH, pattern=NAME_PATTERN)
     model: str
     gpu: str
     gpu_count: int = Field(gt=0)

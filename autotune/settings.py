@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class ApiSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = 8787
-    # Bearer token for writes; reads are open. None means writes are refused.
+    # Bearer token (AUTOTUNE_API__TOKEN) for writes. None (or empty) means writes are refused.
     token: str | None = None
+    # AUTOTUNE_API__PROTECT_READS=true: reads (GET /v1/..., /metrics) need the token too.
+    # /healthz, /readyz and the OpenAPI docs stay open for probes and people.
+    protect_reads: bool = False
+
+    @model_validator(mode="after")
+    def _reads_need_a_token(self) -> ApiSettings:
+        if self.protect_reads and not self.token:
+            raise ValueError("AUTOTUNE_API__PROTECT_READS is on but AUTOTUNE_API__TOKEN is unset; "
+                             "set a token or turn read protection off")
+        return self
 
 
 class EngineSettings(BaseModel):

@@ -1,18 +1,26 @@
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
 
 from api.deps import SessionDep
-from api.schemas import CampaignList, CampaignSummary, ErrorResponse, TrialPage, TrialView
+from api.schemas import (
+    MAX_DB_INT,
+    CampaignList,
+    CampaignSummary,
+    TrialPage,
+    TrialView,
+    error_docs,
+)
 from autotune.errors import NotFoundError
 from autotune.publish import utc
 from autotune.storage import repo
 from autotune.storage.models import Campaign
 
-router = APIRouter(prefix="/v1/campaigns", tags=["campaigns"])
-_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorResponse}}
+router = APIRouter(prefix="/v1/campaigns", tags=["campaigns"], responses=error_docs(422))
+_NOT_FOUND = error_docs(404)
+CampaignId = Annotated[int, Path(ge=1, le=MAX_DB_INT)]
 
 
 def _iso(value: Any) -> str | None:
@@ -43,14 +51,15 @@ def list_campaigns(session: SessionDep) -> CampaignList:
 
 
 @router.get("/{campaign_id}", response_model=CampaignSummary, responses=_NOT_FOUND)
-def get_campaign(campaign_id: int, session: SessionDep) -> CampaignSummary:
+def get_campaign(campaign_id: CampaignId, session: SessionDep) -> CampaignSummary:
     return _summary(_campaign(session, campaign_id))
 
 
 @router.get("/{campaign_id}/trials", response_model=TrialPage, responses=_NOT_FOUND)
-def list_trials(campaign_id: int, session: SessionDep,
+def list_trials(campaign_id: CampaignId, session: SessionDep,
                 state: Literal["measured", "rejected", "failed"] | None = None,
-                offset: int = Query(0, ge=0), limit: int = Query(50, ge=1, le=500)) -> TrialPage:
+                offset: int = Query(0, ge=0, le=MAX_DB_INT),
+                limit: int = Query(50, ge=1, le=500)) -> TrialPage:
     """A campaign's trials by number, optionally of one state, a page at a time."""
     trials = [t for t in _campaign(session, campaign_id).trials if state is None or t.state == state]
     page = trials[offset:offset + limit]

@@ -2,19 +2,22 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from api.deps import SessionDep, WriterDep
-from api.schemas import ConfigResponse, ErrorResponse, HistoryEntry, HistoryResponse, PublishRequest
+from api.schemas import ConfigResponse, HistoryEntry, HistoryResponse, PublishRequest, error_docs
+from autotune.deployment import NAME_MAX_LENGTH, NAME_PATTERN
 from autotune.errors import NotFoundError
 from autotune.publish import config_document, publish_campaign
 from autotune.storage import repo
 
-router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
-_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorResponse}}
+router = APIRouter(prefix="/v1/deployments", tags=["deployments"], responses=error_docs(422))
+_NOT_FOUND = error_docs(404)
+Name = Annotated[str, Path(min_length=1, max_length=NAME_MAX_LENGTH, pattern=NAME_PATTERN,
+                           description="The deployment's name.")]
 
 
 # Services poll this; a short max-age and an ETag let them revalidate for free.
@@ -22,8 +25,12 @@ CACHE_CONTROL = "public, max-age=60"
 
 
 @router.get("/{name}/config", response_model=ConfigResponse,
-            responses={**_NOT_FOUND, 304: {"description": "Not modified (ETag matched)"}})
-def current_config(name: str, session: SessionDep, request: Request,
+            responses={**_NOT_FOUND, 304: {"description": "Not modified (ETag matched)"},
+                       200: {"content": {"application/yaml": {"schema": {"type": "string"}},
+                                         "text/plain": {"schema": {"type": "string"}}},
+                             "description": "The config: JSON, YAML (format=yaml) or the CLI "
+                                            "flags one a line (format=args)"}})
+def current_config(name: Name, session: SessionDep, request: Request,
                    format: Literal["json", "yaml", "args"] = Query(
                        "json", description="json: the whole document; yaml: a file for "
                                            "`vllm serve --config`; args: the CLI flags, one a line")
@@ -43,7 +50,7 @@ def current_config(name: str, session: SessionDep, request: Request,
 
 
 @router.get("/{name}/history", response_model=HistoryResponse, responses=_NOT_FOUND)
-def history(name: str, session: SessionDep) -> HistoryResponse:
+def history(name: Name, session: SessionDep) -> HistoryResponse:
     """Every publication of the deployment, newest first."""
     dep = repo.get_deployment(session, name)
     entries = []
@@ -53,11 +60,11 @@ def history(name: str, session: SessionDep) -> HistoryResponse:
     return HistoryResponse(deployment=dep.name, publications=entries)
 
 
-_WRITE = {**_NOT_FOUND, 401: {"model": ErrorResponse}, 403: {"model": ErrorResponse}}
+_WRITE = error_docs(400, 401, 403, 404)
 
 
 @router.post("/{name}/publish", response_model=ConfigResponse, responses=_WRITE)
-def publish(name: str, body: PublishRequest, session: SessionDep, writer: WriterDep) -> ConfigResponse:
+def publish(name: Name, body: PublishRequest, session: SessionDep, writer: WriterDep) -> ConfigResponse:
     """Publish a campaign's best feasible trial (or a given one) as the current config."""
     repo.get_deployment(session, name)
     pub = publish_campaign(session, body.campaign, deployment=name, trial_number=body.trial,
@@ -66,7 +73,7 @@ def publish(name: str, body: PublishRequest, session: SessionDep, writer: Writer
 
 
 @router.post("/{name}/rollback", response_model=ConfigResponse, responses=_WRITE)
-def rollback(name: str, session: SessionDep, writer: WriterDep) -> ConfigResponse:
+def rollback(name: Name, session: SessionDep, writer: WriterDep) -> ConfigResponse:
     """Make the previous publication current again (as a new publication: history keeps all)."""
     pubs = repo.publications(session, repo.get_deployment(session, name))
     if len(pubs) < 2:

@@ -39,12 +39,19 @@ def _setup_logging(level: str) -> None:
 
 
 def _settings() -> Any:
+    from pydantic import ValidationError
+
     from autotune.settings import get_settings
 
     try:
         return get_settings()
-    except Exception as exc:  # pydantic's ValidationError: a bad AUTOTUNE_ variable
-        raise ConfigError(f"bad AUTOTUNE_ setting: {str(exc).splitlines()[-1].strip()}") from None
+    except ValidationError as exc:  # a bad AUTOTUNE_ variable
+        first = exc.errors()[0]
+        where = "AUTOTUNE_" + "__".join(str(part) for part in first["loc"]).upper()
+        message = first["msg"].removeprefix("Value error, ")
+        # A leaf's value helps; a whole section could hold the token, so it is never echoed.
+        got = "" if isinstance(first["input"], dict | list) else f" (got {first['input']!r})"
+        raise ConfigError(f"bad setting {where}: {message}{got}") from None
 
 
 def _db(url: str | None = None) -> tuple[Any, str]:

@@ -106,3 +106,12 @@ def current_publication(session: Session, deployment: Deployment) -> Publication
         raise NotFoundError(f"deployment {deployment.name!r} has no published config yet; "
                             "publish one with `autotune publish --campaign NAME`")
     return pubs[0]
+
+
+def current_publications(session: Session) -> list[Publication]:
+    """Each deployment's current (newest) publication, by deployment name."""
+    newest: dict[int, Publication] = {}
+    for pub in session.scalars(select(Publication).order_by(
+            Publication.published_at.desc(), Publication.id.desc())):
+        newest.setdefault(pub.deployment_id, pub)
+    return sorted(newest.values(), key=lambda p: p.deployment.name)

@@ -69,7 +69,7 @@ def test_config_before_and_after_publication(client: TestClient, db_url: str) ->
 def test_unknown_deployment_is_one_json_error(client: TestClient) -> None:
     r = client.get("/v1/deployments/nope/config")
     assert r.status_code == 404 and set(r.json()) == {"error"}
-    assert client.get("/v1/nothing").json()["error"]["type"] == "HTTPError"
+    assert client.get("/v1/nothing").json()["error"]["type"] == "NotFound"
 
 
 def test_readyz_fails_on_an_unmigrated_database(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -77,7 +77,8 @@ def test_readyz_fails_on_an_unmigrated_database(tmp_path) -> None:  # type: igno
     sa.create_engine(url).connect().close()
     with TestClient(create_app(Settings(database_url=url))) as c:
         r = c.get("/readyz")
-    assert r.status_code == 503 and "autotune db upgrade" in r.json()["detail"]
+    assert r.status_code == 503 and set(r.json()) == {"error"}
+    assert "autotune db upgrade" in r.json()["error"]["message"]
 
 
 def test_period_label_defaults() -> None:

@@ -114,3 +114,14 @@ def test_publish_survives_a_closed_stdout(tmp_path: Path) -> None:
     with engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT COUNT(*) FROM autotune_publications").scalar_one() == 1
     engine.dispose()
+
+
+@pytest.mark.parametrize("env, fragment", [
+    ({"AUTOTUNE_API__PORT": "abc"}, "bad setting AUTOTUNE_API__PORT: Input should be a valid integer"),
+    ({"AUTOTUNE_API__PROTECT_READS": "true", "AUTOTUNE_API__TOKEN": ""},
+     "AUTOTUNE_API__PROTECT_READS is on but AUTOTUNE_API__TOKEN is unset"),
+])
+def test_bad_setting_names_the_variable(env: dict[str, str], fragment: str) -> None:
+    proc = run_cli("api", env=env)
+    _assert_one_line_error(proc, fragment)
+    assert "errors.pydantic.dev" not in proc.stderr
