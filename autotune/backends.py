@@ -26,7 +26,7 @@ from importlib.metadata import entry_points
 from autotune.deployment import DeploymentSpec
 from autotune.engine_config import EngineConfig
 from autotune.errors import ConfigError
-from autotune.records import ReplayResult
+from autotune.records import CalibrationResult, Measurement, ReplayResult
 
 
 class EngineBackend(ABC):
@@ -49,6 +49,12 @@ class EngineBackend(ABC):
     @abstractmethod
     def stop(self) -> None: ...
 
+    @classmethod
+    def calibrate(cls, measurements: list[Measurement], deployment: DeploymentSpec
+                  ) -> CalibrationResult:
+        """Fit the backend's model to real measurements (only models can be calibrated)."""
+        raise ConfigError(f"the {cls.name or cls.__name__} backend has no model to calibrate")
+
 
 def _group(group: str) -> dict[str, object]:
     return {ep.name: ep for ep in entry_points(group=group)}
@@ -58,9 +64,12 @@ def available_backends() -> list[str]:
     return sorted(_group("autotune.backends"))
 
 
-def load_backend(name: str, **options: object) -> EngineBackend:
+def backend_class(name: str) -> type[EngineBackend]:
     eps = _group("autotune.backends")
     if name not in eps:
         raise ConfigError(f"unknown backend {name!r}; available: {', '.join(sorted(eps))}")
-    cls = eps[name].load()  # type: ignore[attr-defined]
-    return cls(**options)  # type: ignore[no-any-return]
+    return eps[name].load()  # type: ignore[attr-defined,no-any-return]
+
+
+def load_backend(name: str, **options: object) -> EngineBackend:
+    return backend_class(name)(**options)

@@ -16,6 +16,8 @@ from autotune.metrics import meets, summarize
 from autotune.records import LatencySummary, TrialOutcome, TrialSpec
 
 log = logging.getLogger("autotune.capacity")
+REPLAY_LATENCIES = ("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "e2e_p50_ms",
+                    "error_rate")
 
 
 def run_trial(spec: TrialSpec, backend: EngineBackend) -> TrialOutcome:
@@ -52,7 +54,9 @@ def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: floa
         client_bound = lag is not None and lag > spec.search.max_send_lag_p99_ms
         ok = meets(summary, spec.slo) and not client_bound
         replays.append({"rate_scale": scale, "output_tok_s": summary.output_tok_s, "slo_ok": ok,
-                        "send_lag_p99_ms": lag, "client_bound": client_bound})
+                        "send_lag_p99_ms": lag, "client_bound": client_bound,
+                        # Enough of each replay to calibrate a simulator against it later.
+                        **{k: getattr(summary, k) for k in REPLAY_LATENCIES}})
         if client_bound:
             log.warning("%s trial %d: x%.3g is client-bound (send lag P99 %.1f ms > %.1f ms): "
                         "not used as a measurement", spec.study_name, spec.trial_number, scale,

@@ -142,3 +142,29 @@ def percentile_ms(values: np.ndarray, q: float, weights: np.ndarray | None = Non
     if weights is None:
         return float(np.percentile(v, q) * 1000.0)
     return float(np.percentile(v, q, weights=weights[keep], method="inverted_cdf") * 1000.0)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One replay measured on a real engine: what a simulator is calibrated against."""
+
+    config: EngineConfig
+    deployment: DeploymentSpec
+    trace: Any  # autotune.traffic.trace.Trace
+    rate_scale: float
+    seed: int
+    observed: dict[str, float]  # output_tok_s, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, ...
+    source: str = ""  # e.g. "campaign 3 trial 7"
+
+
+@dataclass(frozen=True)
+class CalibrationResult:
+    """A fitted simulator profile and how well it fits (mean absolute relative error per
+    metric, before and after the fit)."""
+
+    profile_yaml: str
+    profile_path: str | None  # where it was saved, if it was
+    error_before: dict[str, float]
+    error_after: dict[str, float]
+    measurements: int
+    evaluations: int

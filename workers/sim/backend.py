@@ -12,11 +12,11 @@ from autotune.baselines import effective_values
 from autotune.deployment import DeploymentSpec
 from autotune.engine_config import EngineConfig
 from autotune.errors import EngineStartError
-from autotune.records import ReplayResult
+from autotune.records import CalibrationResult, Measurement, ReplayResult
 from autotune.settings import get_settings
 from autotune.traffic.trace import Trace
 from workers.sim.perf import EngineShape, PerfModel, StartFailure
-from workers.sim.profile import Profile, find_profile, load_profile
+from workers.sim.profile import Profile, find_profile, load_profile, save_profile
 from workers.sim.scheduler import simulate
 
 # Engine arguments vLLM resolves itself when they are not given (besides the baselines' ones).
@@ -104,3 +104,20 @@ class SimulatorBackend(EngineBackend):
 
     def stop(self) -> None:
         self._perf = None
+
+    @classmethod
+    def calibrate(cls, measurements: list[Measurement], deployment: DeploymentSpec, *,
+                  save_to: str | None = None, max_evals: int = 300) -> CalibrationResult:
+        """Fit the profile of the deployment's GPU and model to real measured replays and, with
+        save_to (a profile directory), save it there under the next version."""
+        from workers.sim.calibrate import calibrate
+
+        gpu = deployment.gpu_info
+        base = find_profile(gpu.name, deployment.model_info.name, gpu.device,
+                            Path(get_settings().sim.profile_dir))
+        fitted, before, after, evals = calibrate(measurements, base, max_evals=max_evals)
+        path = save_profile(fitted, Path(save_to)) if save_to else None
+        return CalibrationResult(profile_yaml=fitted.to_yaml(),
+                                 profile_path=str(path) if path else None, error_before=before,
+                                 error_after=after, measurements=len(measurements),
+                                 evaluations=evals)

@@ -115,6 +115,7 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
     total = len(order)
     cache = _PrefixCache(hbt / bs)
     free = float(perf.num_blocks)  # includes evictable cached blocks
+    low_free = [free]  # the fewest free blocks seen: peak KV-cache usage
     waiting: deque[_Req] = deque()
     running: list[_Req] = []
     runs: list[tuple[float, float, int, int]] = []  # decode-run pieces: a, b, steps, seqs
@@ -139,6 +140,8 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
             free -= blocks
             if free < cache.evictable_blocks:
                 cache.evict_until(free - cache.evictable_blocks)
+            if free < low_free[0]:
+                low_free[0] = free
 
     def release(r: _Req) -> None:
         nonlocal free
@@ -331,6 +334,8 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
                     free -= grow
                     if free < cache.evictable_blocks:
                         cache.evict_until(free - cache.evictable_blocks)
+                    if free < low_free[0]:
+                        low_free[0] = free
                 if r.generated >= r.target:
                     r.done_s = clock
                     r.running = False
@@ -362,7 +367,8 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
         wall_s=float(last - arrival[0]) if n else 0.0,
         engine_stats={"preemptions": float(preemptions), "kv_blocks": float(perf.num_blocks),
                       "prefix_cache_hit_rate": cache_hits / cache_queries if cache_queries else 0.0,
-                      "refused_requests": float(len(refused))},
+                      "refused_requests": float(len(refused)),
+                      "kv_cache_usage_peak": 1.0 - low_free[0] / perf.num_blocks},
         queue_s=queue - arrival,
     )
 

@@ -1,0 +1,1 @@
+"""Real measurements stored in the database, gathered for calibrating a simulator."""

@@ -1,0 +1,126 @@
+"""`autotune simulate` (one simulated replay) and `autotune sim calibrate`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from autotune.errors import ConfigError
+
+sim_app = typer.Typer(no_args_is_help=True, help="The simulator's calibration.")
+console = Console()
+
+
+def _parse_sets(items: list[str]) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"--set {item!r}: expected name=value, e.g. --set max_num_seqs=128")
+        values[name.strip().replace("-", "_")] = value.strip()
+    return values
+
+
+def simulate(
+    trace: Annotated[Path, typer.Option(help="Any trace file an importer reads.")],
+    model: Annotated[str, typer.Option(help="Model (catalogue name).")] = "DeepSeek-V4-Flash",
+    gpu: Annotated[str, typer.Option(help="GPU (catalogue name).")] = "H200-141GB",
+    tp: Annotated[int, typer.Option(help="Tensor-parallel size (GPUs of the engine).")] = 8,
+    max_model_len: Annotated[int, typer.Option(help="Context length served.")] = 16384,
+    rate_scale: Annotated[float, typer.Option(help="Arrival-rate multiplier.")] = 1.0,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="An engine argument, name=value (repeatable), e.g. --set max_num_seqs=128; "
+                      "unset ones take vLLM's defaults.")] = None,
+    seed: Annotated[int, typer.Option(help="Replay seed (run-to-run jitter).")] = 0,
+    profile: Annotated[Path | None, typer.Option(
+        help="A simulator profile file (default: the newest calibrated one, else bundled).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object.")] = False,
+) -> None:
+    """Replay a trace once on the simulator and print its latency summary (the same fields as a
+    real trial's)."""
+    from autotune.backends import load_backend
+    from autotune.baselines import effective_values
+    from autotune.deployment import DeploymentSpec
+    from autotune.engine_config import EngineConfig
+    from autotune.metrics import summarize
+    from autotune.traffic.trace import load_trace
+
+    if rate_scale <= 0:
+        raise ConfigError("--rate-scale must be positive")
+    if profile is not None and not profile.is_file():
+        raise ConfigError(f"--profile {profile}: no such file")
+    dep = DeploymentSpec.build(name="simulate", model=model, gpu=gpu, gpu_count=tp,
+                               tensor_parallel_size=tp, max_model_len=max_model_len)
+    config = EngineConfig.from_mapping({"max_model_len": max_model_len, "tensor_parallel_size": tp,
+                                        **_parse_sets(set_ or [])})
+    loaded = load_trace(trace)
+    backend = load_backend("sim", profile=str(profile) if profile else None)
+    backend.start(config, dep, label="simulate")
+    try:
+        summary = summarize(backend.replay(loaded, rate_scale, seed))
+    finally:
+        backend.stop()
+    if as_json:
+        print(json.dumps(summary.model_dump()))
+        return
+    args = effective_values(config, dep)
+    table = Table(title=f"{loaded.name} x{rate_scale:g} on {tp}x{dep.gpu_info.name}, {model}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in summary.model_dump().items():
+        if key != "engine_stats" and value is not None:
+            table.add_row(key, f"{value:,.3f}" if isinstance(value, float) else str(value))
+    for key, value in summary.engine_stats.items():
+        table.add_row(key, f"{value:,.3f}")
+    console.print(table)
+    console.print("engine arguments: " + ", ".join(f"{k}={v}" for k, v in args.items()))
+
+
+@sim_app.command("calibrate")
+def calibrate(
+    campaign: Annotated[str, typer.Option(help="A campaign whose trials ran on real engines.")],
+    deployment: Annotated[str | None, typer.Option(help="Its deployment, if the name is shared.")] = None,
+    max_evals: Annotated[int, typer.Option(help="Simulations the fit may spend.")] = 300,
+    save: Annotated[bool, typer.Option(help="Save the fitted profile to the profile directory "
+                                            "(AUTOTUNE_SIM__PROFILE_DIR).")] = True,
+) -> None:
+    """Fit the simulator's profile for a campaign's GPU and model to its measured replays,
+    report the fit error, and save the profile under the next version."""
+    from autotune.backends import backend_class
+    from autotune.calibration.measurements import campaign_measurements
+    from autotune.cli.main import _db, _settings
+    from autotune.storage import repo
+    from autotune.storage.db import session_scope
+
+    if max_evals < 10:
+        raise ConfigError("--max-evals must be at least 10")
+    engine, _ = _db()
+    with session_scope(engine) as s:
+        found = repo.find_campaign(s, campaign, deployment)
+        measurements = campaign_measurements(found)
+        spec = repo.spec_of(found.deployment)
+        source_backend = found.backend
+    if not measurements:
+        raise ConfigError(f"campaign {campaign!r} has no measured replays to calibrate against")
+    if source_backend == "sim":
+        console.print("note: this campaign ran on the simulator; calibrating a model against "
+                      "itself only shows the fit works")
+    result = backend_class("sim").calibrate(
+        measurements, spec, save_to=_settings().sim.profile_dir if save else None,
+        max_evals=max_evals)  # type: ignore[call-arg]
+    table = Table(title=f"Calibration of {spec.gpu_info.name} / {spec.model_info.name} on "
+                        f"{result.measurements} measured replays ({result.evaluations} fits)")
+    for col in ("metric", "mean |error| before", "after"):
+        table.add_column(col, justify="right")
+    for metric, before in result.error_before.items():
+        table.add_row(metric, f"{before:.1%}", f"{result.error_after[metric]:.1%}")
+    console.print(table)
+    if result.profile_path:
+        console.print(f"saved {result.profile_path}")
+    else:
+        console.print(result.profile_yaml)

@@ -1,0 +1,63 @@
+"""`autotune simulate` and `autotune sim calibrate` from the command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune.records import LatencySummary
+from autotune.traffic.trace import DEMO_TRACE
+from tests.conftest import run_cli, shared_trace
+
+
+def test_simulate_prints_one_json_summary_with_a_trials_fields() -> None:
+    proc = run_cli("simulate", "--trace", str(DEMO_TRACE), "--model", "Llama-3.1-8B", "--gpu",
+                   "H100", "--tp", "1", "--rate-scale", "2", "--set", "max_num_seqs=64",
+                   "--set", "enable-prefix-caching=false", "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = LatencySummary.model_validate(json.loads(proc.stdout))
+    assert summary.requests == 600 and summary.completed == 600
+    assert summary.engine_stats["prefix_cache_hit_rate"] == 0  # the --set took effect
+
+
+def test_simulate_reads_any_importable_trace() -> None:
+    proc = run_cli("simulate", "--trace", str(shared_trace("azure_llm_2023_code.csv")), "--json",
+                   "--max-model-len", "32768")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["requests"] == 8819
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--set", "max_num_seq=8"], "max_num_seq"),
+    (["--set", "swap_space=4"], "swap_space"),
+    (["--set", "max_num_seqs"], "expected name=value"),
+    (["--rate-scale", "0"], "--rate-scale"),
+    (["--model", "GPT-9"], "unknown model"),
+    (["--set", "max_num_seqs=512", "--set", "max_num_batched_tokens=256"],
+     "max_num_batched_tokens must be >= max_num_seqs"),
+    (["--set", "gpu_memory_utilization=0.999"], "less than desired GPU memory utilization"),
+])
+def test_bad_simulate_input_is_one_line(args: list[str], fragment: str) -> None:
+    proc = run_cli("simulate", "--trace", str(DEMO_TRACE), *args)
+    assert proc.returncode == 2, proc.stderr
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and fragment in lines[0], proc.stderr
+
+
+def test_calibrate_fits_and_saves_a_profile_from_a_campaign(tmp_path: Path,
+                                                            migrated_sqlite: str) -> None:
+    env = {"AUTOTUNE_DATABASE_URL": migrated_sqlite,
+           "AUTOTUNE_SIM__PROFILE_DIR": str(tmp_path / "profiles")}
+    tune = run_cli("tune", "--deployment", "tiny", "--campaign", "c1", "--model", "tiny-llama",
+                   "--gpu", "cpu", "--gpus", "1", "--max-model-len", "2048", "--trials", "4",
+                   "--slo", "ttft_p99<=5s,tpot_p99<=500ms", "--max-scale", "8", env=env)
+    assert tune.returncode == 0, tune.stderr
+    proc = run_cli("sim", "calibrate", "--campaign", "c1", "--max-evals", "40", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "ran on the simulator" in proc.stdout and "saved" in proc.stdout
+    saved = list((tmp_path / "profiles").glob("cpu__tiny-llama__v*.yaml"))
+    assert [p.name for p in saved] == ["cpu__tiny-llama__v2.yaml"]
+    missing = run_cli("sim", "calibrate", "--campaign", "nope", env=env)
+    assert missing.returncode == 2 and "no campaign named 'nope'" in missing.stderr

@@ -1,0 +1,70 @@
+"""Calibration recovers the coefficients that produced a set of measurements."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autotune.deployment import DeploymentSpec
+from autotune.engine_config import EngineConfig
+from autotune.errors import ConfigError
+from autotune.records import Measurement
+from autotune.traffic.trace import Trace
+from workers.sim.calibrate import calibrate, nelder_mead, predict, relative_errors
+from workers.sim.profile import find_profile
+
+TINY = DeploymentSpec(name="t", model="tiny-llama", gpu="cpu", gpu_count=1,
+                      tensor_parallel_size=1, max_model_len=2048)
+
+
+def _trace() -> Trace:
+    rng = np.random.default_rng(1)
+    rows = [{"arrival_s": float(t), "prompt_tokens": int(p), "output_tokens": int(o)}
+            for t, p, o in zip(np.cumsum(rng.exponential(0.2, 60)), rng.integers(50, 900, 60),
+                               rng.integers(16, 96, 60), strict=True)]
+    return Trace.from_rows("cal", rows)
+
+
+def test_nelder_mead_finds_a_quadratic_minimum() -> None:
+    x, evals = nelder_mead(lambda v: float(((v - np.array([1.0, -2.0])) ** 2).sum()),
+                           np.zeros(2), max_evals=400, tol=1e-12)
+    assert np.allclose(x, [1.0, -2.0], atol=1e-3) and evals <= 400
+
+
+def test_calibration_recovers_the_profile_that_made_the_measurements() -> None:
+    base = find_profile("cpu", "tiny-llama", "cpu", None).with_coefficients(noise_cv=0.0)
+    truth = base.with_coefficients(cpu_step_s=base.coefficients.cpu_step_s * 2.5,
+                                   cpu_seq_s=base.coefficients.cpu_seq_s * 0.4,
+                                   cpu_prefill_token_s=base.coefficients.cpu_prefill_token_s * 3)
+    trace = _trace()
+    measurements = []
+    for seqs in (4, 16, 64):
+        for scale in (1.0, 6.0):
+            m = Measurement(config=EngineConfig(max_num_seqs=seqs), deployment=TINY, trace=trace,
+                            rate_scale=scale, seed=0, observed={})
+            summary = predict(m, truth)
+            assert summary is not None
+            measurements.append(Measurement(
+                config=m.config, deployment=TINY, trace=trace, rate_scale=scale, seed=0,
+                observed={k: getattr(summary, k) for k in
+                          ("output_tok_s", "tpot_p50_ms", "ttft_p50_ms", "ttft_p99_ms")}))
+    fitted, before, after, evals = calibrate(measurements, base, max_evals=250)
+    assert max(before.values()) > 0.3  # the default profile is far off: the fit has work to do
+    assert max(after.values()) < 0.05
+    assert evals <= 260
+    assert fitted.fit is not None and fitted.fit["measurements"] == 6
+    got = fitted.coefficients
+    assert got.cpu_step_s == pytest.approx(truth.coefficients.cpu_step_s, rel=0.15)
+    assert relative_errors(measurements, fitted.with_coefficients(noise_cv=0.0))["tpot_p50_ms"] < 0.05
+
+
+def test_calibration_refuses_nothing_or_mixed_hardware() -> None:
+    base = find_profile("cpu", "tiny-llama", "cpu", None)
+    with pytest.raises(ConfigError, match="nothing to calibrate"):
+        calibrate([], base)
+    trace = _trace()
+    other = TINY.model_copy(update={"model": "Llama-3.1-8B"})
+    ms = [Measurement(config=EngineConfig(), deployment=d, trace=trace, rate_scale=1.0, seed=0,
+                      observed={"output_tok_s": 1.0}) for d in (TINY, other)]
+    with pytest.raises(ConfigError, match="one GPU and model"):
+        calibrate(ms, base)

@@ -1,0 +1,52 @@
+"""Simulator profiles: bundled defaults, versioned calibrated ones, bad files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune.errors import ConfigError
+from workers.sim.profile import find_profile, load_profile, save_profile
+
+
+def test_bundled_defaults_per_device_kind(tmp_path: Path) -> None:
+    gpu = find_profile("H200-141GB", "DeepSeek-V4-Flash", "gpu", tmp_path)
+    cpu = find_profile("cpu", "tiny-llama", "cpu", tmp_path)
+    assert gpu.version == cpu.version == 1
+    assert (gpu.gpu, gpu.model) == ("H200-141GB", "DeepSeek-V4-Flash")
+    assert gpu.coefficients.cuda_graph_gib > 0 and cpu.coefficients.cuda_graph_gib == 0
+
+
+def test_saved_profiles_get_the_next_version_and_the_newest_wins(tmp_path: Path) -> None:
+    base = find_profile("cpu", "tiny-llama", "cpu", tmp_path)
+    first = save_profile(base.with_coefficients(cpu_step_s=0.01), tmp_path)
+    second = save_profile(base.with_coefficients(cpu_step_s=0.02), tmp_path)
+    assert first.name == "cpu__tiny-llama__v2.yaml" and second.name == "cpu__tiny-llama__v3.yaml"
+    found = find_profile("cpu", "tiny-llama", "cpu", tmp_path)
+    assert found.version == 3 and found.coefficients.cpu_step_s == 0.02
+    assert load_profile(first).coefficients.cpu_step_s == 0.01  # never overwritten
+    # Another model on the same device still gets the bundled default.
+    assert find_profile("cpu", "Llama-3.1-8B", "cpu", tmp_path).version == 1
+    assert not list(tmp_path.glob("*.tmp*"))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("just a string", "mapping"),
+    ("version: 1\ncoefficients: {cpu_step_s: 1}", "missing"),
+    ("version: x\ncoefficients: {}", "missing"),
+    (": : :", "cannot read"),
+])
+def test_a_bad_profile_file_is_a_clear_error(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_profile(path)
+
+
+def test_negative_coefficients_are_refused(tmp_path: Path) -> None:
+    base = find_profile("cpu", "tiny-llama", "cpu", None)
+    path = tmp_path / "neg.yaml"
+    path.write_text(base.with_coefficients(cpu_step_s=-1.0).to_yaml())
+    with pytest.raises(ConfigError, match="negative"):
+        load_profile(path)

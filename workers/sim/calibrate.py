@@ -1,0 +1,167 @@
+"""Fit a simulator profile to real measurements.
+
+Each measurement is one real replay (engine arguments, trace, rate multiplier, and the measured
+output throughput and latency percentiles). The fit simulates every measurement with candidate
+coefficients and minimises the mean squared log error over the metrics below, with Nelder-Mead
+on the logarithms of the coefficients (they are positive and span orders of magnitude). The
+fit is deterministic: the profile's run-to-run jitter is off while fitting.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from autotune.errors import ConfigError, EngineStartError
+from autotune.metrics import summarize
+from autotune.records import LatencySummary, Measurement
+from workers.sim.perf import EngineShape
+from workers.sim.profile import Profile
+
+# Coefficients the fit moves; the memory ones come from the hardware, not from timings.
+FIT_COEFFICIENTS = ("cpu_step_s", "cpu_seq_s", "cpu_prefill_token_s", "hbm_efficiency",
+                    "compute_efficiency")
+# Metric -> weight in the loss. Medians pin the step times; the tail is what SLOs judge.
+TARGETS = {"output_tok_s": 1.0, "tpot_p50_ms": 1.0, "ttft_p50_ms": 0.5, "ttft_p99_ms": 0.5}
+_FLOOR = 1e-9  # a coefficient the base profile leaves at 0 starts here
+
+
+@dataclass(frozen=True)
+class _Case:
+    measurement: Measurement
+    shape: EngineShape
+
+
+def predict(measurement: Measurement, profile: Profile, *, shape: EngineShape | None = None,
+            cpu_kvcache_space_gib: float = 1.0) -> LatencySummary | None:
+    """The simulator's summary of one measured replay; None if it would not start."""
+    from workers.sim.backend import SimulatorBackend, engine_shape
+
+    backend = SimulatorBackend(cpu_kvcache_space_gib=cpu_kvcache_space_gib)
+    try:
+        backend.start_shape(shape or engine_shape(measurement.config, measurement.deployment),
+                            measurement.deployment, profile)
+    except EngineStartError:
+        return None
+    return summarize(backend.replay(measurement.trace, measurement.rate_scale, measurement.seed))
+
+
+def relative_errors(measurements: Sequence[Measurement], profile: Profile,
+                    metrics: Sequence[str] = tuple(TARGETS)) -> dict[str, float]:
+    """Mean |predicted / measured - 1| per metric (inf where the simulator would not start)."""
+    errs: dict[str, list[float]] = {k: [] for k in metrics}
+    for m in measurements:
+        pred = predict(m, profile)
+        for k in metrics:
+            obs = m.observed.get(k)
+            if obs is None or not math.isfinite(obs) or obs <= 0:
+                continue
+            value = getattr(pred, k) if pred is not None else float("nan")
+            errs[k].append(abs(value / obs - 1) if math.isfinite(value) else float("inf"))
+    return {k: float(np.mean(v)) if v else float("nan") for k, v in errs.items()}
+
+
+def calibrate(measurements: Sequence[Measurement], base: Profile, *,
+              coefficients: Sequence[str] = FIT_COEFFICIENTS, max_evals: int = 300,
+              source: str = "") -> tuple[Profile, dict[str, float], dict[str, float], int]:
+    """Fit `coefficients` of `base` to the measurements. Returns the fitted profile, the mean
+    relative errors before and after, and the number of loss evaluations."""
+    if not measurements:
+        raise ConfigError("nothing to calibrate against: no measured replays")
+    kinds = {(m.deployment.gpu_info.name, m.deployment.model_info.name) for m in measurements}
+    if len(kinds) > 1:
+        raise ConfigError("calibration needs measurements of one GPU and model; got "
+                          + ", ".join(f"{g}/{m}" for g, m in sorted(kinds)))
+    from workers.sim.backend import engine_shape
+
+    quiet = base.with_coefficients(noise_cv=0.0)
+    cases = [_Case(m, engine_shape(m.config, m.deployment)) for m in measurements]
+    start = asdict(base.coefficients)
+    x0 = np.log([max(start[c], _FLOOR) for c in coefficients])
+
+    def profile_at(x: np.ndarray) -> Profile:
+        values = {c: float(math.exp(v)) for c, v in zip(coefficients, x, strict=True)}
+        # Efficiencies are shares of a datasheet figure: never above 1.
+        for c in ("hbm_efficiency", "compute_efficiency"):
+            if c in values:
+                values[c] = min(values[c], 1.0)
+        return quiet.with_coefficients(**values)
+
+    def loss(x: np.ndarray) -> float:
+        profile = profile_at(x)
+        total, count = 0.0, 0
+        for case in cases:
+            pred = predict(case.measurement, profile, shape=case.shape)
+            for metric, weight in TARGETS.items():
+                obs = case.measurement.observed.get(metric)
+                if obs is None or not math.isfinite(obs) or obs <= 0:
+                    continue
+                value = getattr(pred, metric) if pred is not None else float("nan")
+                err = math.log(value / obs) if math.isfinite(value) and value > 0 else 10.0
+                total += weight * err * err
+                count += 1
+        return total / max(count, 1)
+
+    x, evals = nelder_mead(loss, x0, max_evals=max_evals)
+    fitted = profile_at(x).with_coefficients(noise_cv=base.coefficients.noise_cv)
+    before = relative_errors(measurements, quiet)
+    after = relative_errors(measurements, fitted.with_coefficients(noise_cv=0.0))
+    fitted = Profile(gpu=base.gpu, model=base.model, version=base.version,
+                     source=source or f"calibrated from {len(measurements)} measured replays",
+                     coefficients=fitted.coefficients,
+                     fit={"measurements": len(measurements), "evaluations": evals,
+                          "coefficients_fitted": list(coefficients),
+                          "mean_relative_error_before": before,
+                          "mean_relative_error_after": after})
+    return fitted, before, after, evals
+
+
+def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, *, max_evals: int = 300,
+                step: float = 0.7, tol: float = 1e-6) -> tuple[np.ndarray, int]:
+    """Minimise f from x0 with the Nelder-Mead simplex (standard coefficients); returns the best
+    point and the number of evaluations."""
+    n = len(x0)
+    simplex = [np.array(x0, dtype=float)] + [x0 + step * np.eye(n)[i] for i in range(n)]
+    values = [f(p) for p in simplex]
+    evals = n + 1
+    while evals < max_evals:
+        order = np.argsort(values)
+        simplex = [simplex[i] for i in order]
+        values = [values[i] for i in order]
+        if abs(values[-1] - values[0]) <= tol * (abs(values[0]) + tol):
+            break
+        centroid = np.mean(simplex[:-1], axis=0)
+        worst = simplex[-1]
+        reflected = centroid + (centroid - worst)
+        fr = f(reflected)
+        evals += 1
+        if fr < values[0]:
+            expanded = centroid + 2 * (centroid - worst)
+            fe = f(expanded)
+            evals += 1
+            simplex[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = reflected, fr
+        else:
+            if fr < values[-1]:  # outside contraction, towards the reflected point
+                contracted = centroid + 0.5 * (reflected - centroid)
+                fc = f(contracted)
+                accept = fc <= fr
+            else:  # inside contraction, towards the worst point
+                contracted = centroid + 0.5 * (worst - centroid)
+                fc = f(contracted)
+                accept = fc < values[-1]
+            evals += 1
+            if accept:
+                simplex[-1], values[-1] = contracted, fc
+            else:  # shrink towards the best point
+                best = simplex[0]
+                simplex = [best] + [best + 0.5 * (p - best) for p in simplex[1:]]
+                values = [values[0]] + [f(p) for p in simplex[1:]]
+                evals += n
+    i = int(np.argmin(values))
+    return simplex[i], evals
+
