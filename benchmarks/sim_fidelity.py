@@ -1,0 +1,103 @@
+"""How well the calibrated simulator predicts a real engine it was not fitted to.
+
+Real vLLM CPU-build engines serve the tiny test model under a set of engine configs; each
+replays the same synthetic trace at two rate multipliers. The `cpu` profile is calibrated on the
+first configs' measurements (`--fit`), then the simulator predicts the remaining configs (at
+least 6) and the prediction is compared with what was measured: output throughput and P99 TTFT,
+per replay, and the rank correlation of throughput across the held-out replays.
+
+Needs the vLLM CPU build: AUTOTUNE_ENGINE_PYTHON=.venv-engine/bin/python (see `make
+engine-venv`). Takes a few minutes (one engine start per config).
+
+Usage: .venv/bin/python benchmarks/sim_fidelity.py [--fit N] [--quick]
+Prints a table, then one JSON line with throughput_err_max, ttft_p99_err_max and spearman.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from workers.sim.calibrate import calibrate, predict
+from workers.sim.fidelity import SCALES, fidelity_trace, measure_real
+from workers.sim.profile import find_profile
+
+# Fitted on the first --fit configs, judged on the rest; the ones that matter on a CPU engine:
+# concurrency, the token budget, chunking and the block size.
+CONFIGS = [
+    {"max_num_seqs": 4}, {"max_num_seqs": 32}, {"max_num_seqs": 8, "max_num_batched_tokens": 512},
+    {"max_num_seqs": 64, "block_size": 64},
+    {"max_num_seqs": 2}, {"max_num_seqs": 16}, {"max_num_seqs": 48},
+    {"max_num_seqs": 16, "max_num_batched_tokens": 256},
+    {"max_num_seqs": 8, "block_size": 128}, {"max_num_seqs": 24, "enable_chunked_prefill": False},
+    {"max_num_seqs": 12, "enable_prefix_caching": False},
+]
+def spearman(a: list[float], b: list[float]) -> float:
+    ra = np.argsort(np.argsort(a)).astype(float)
+    rb = np.argsort(np.argsort(b)).astype(float)
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fit", type=int, default=4, help="configs used for fitting")
+    parser.add_argument("--quick", action="store_true", help="fewer requests per replay")
+    args = parser.parse_args()
+    engine_python = os.environ.get("AUTOTUNE_ENGINE_PYTHON")
+    if not engine_python or not Path(engine_python).exists():
+        sys.exit("sim_fidelity: set AUTOTUNE_ENGINE_PYTHON to the vLLM CPU venv's python "
+                 "(make engine-venv)")
+    if len(CONFIGS) - args.fit < 6:
+        sys.exit(f"sim_fidelity: --fit {args.fit} leaves fewer than 6 configs to judge")
+    trace = fidelity_trace(24 if args.quick else 40)
+    with tempfile.TemporaryDirectory() as tmp:
+        measured = measure_real(CONFIGS, trace, engine_python, Path(tmp))
+    fit_n = args.fit * len(SCALES)
+    base = find_profile("cpu", "tiny-llama", "cpu", None)
+    fitted, before, after, evals = calibrate(measured[:fit_n], base, max_evals=300)
+    quiet = fitted.with_coefficients(noise_cv=0.0)
+    table = Table(title=f"Simulator fidelity: tiny-llama on the vLLM CPU build, {len(trace)} "
+                        f"requests; fitted on {args.fit} configs ({evals} simulations), judged "
+                        f"on {len(CONFIGS) - args.fit}")
+    for col in ("config", "rate x", "tok/s real", "tok/s sim", "err", "TTFT p99 real ms",
+                "sim ms", "err"):
+        table.add_column(col, justify="right")
+    tput_err, ttft_err, real_tput, sim_tput = [], [], [], []
+    for m in measured[fit_n:]:
+        pred = predict(m, quiet)
+        assert pred is not None, f"the simulator would not start {m.config}"
+        te = abs(pred.output_tok_s / m.observed["output_tok_s"] - 1)
+        le = abs(pred.ttft_p99_ms / m.observed["ttft_p99_ms"] - 1)
+        tput_err.append(te)
+        ttft_err.append(le)
+        real_tput.append(m.observed["output_tok_s"])
+        sim_tput.append(pred.output_tok_s)
+        table.add_row(json.dumps(m.config.explicit() | {"max_model_len": None},
+                                 separators=(",", ":")).replace(',"max_model_len":null', ""),
+                      f"{m.rate_scale:g}", f"{m.observed['output_tok_s']:.0f}",
+                      f"{pred.output_tok_s:.0f}", f"{te:.0%}", f"{m.observed['ttft_p99_ms']:.0f}",
+                      f"{pred.ttft_p99_ms:.0f}", f"{le:.0%}")
+    console = Console(width=160)
+    console.print(table)
+    console.print("fit error (mean |rel|) before -> after: " + ", ".join(
+        f"{k} {before[k]:.0%} -> {after[k]:.0%}" for k in before))
+    console.print("fitted: " + ", ".join(f"{k}={getattr(fitted.coefficients, k):.3g}"
+                                         for k in fitted.fit["coefficients_fitted"]))  # type: ignore[index]
+    print(json.dumps({"throughput_err_max": round(max(tput_err), 4),
+                      "ttft_p99_err_max": round(max(ttft_err), 4),
+                      "throughput_err_mean": round(float(np.mean(tput_err)), 4),
+                      "ttft_p99_err_mean": round(float(np.mean(ttft_err)), 4),
+                      "spearman": round(spearman(real_tput, sim_tput), 3),
+                      "held_out_replays": len(tput_err)}))
+
+
+if __name__ == "__main__":
+    main()
