@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from autotune.cli.capture import capture
 from autotune.cli.traffic import traffic_app
 from autotune.errors import AutotuneError, ConfigError
 
@@ -22,6 +23,7 @@ models_app = typer.Typer(no_args_is_help=True, help="Model directories for real 
 app.add_typer(db_app, name="db")
 app.add_typer(models_app, name="models")
 app.add_typer(traffic_app, name="traffic")
+app.command("capture")(capture)
 console = Console()
 if not console.is_terminal:  # logs and CI: wide enough for the trial tables
     console = Console(width=160)
