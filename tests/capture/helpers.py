@@ -56,7 +56,7 @@ async def rig(out_dir: Path, fake: FakeUpstream | None = None, *, upstream_url: 
         proxy_url = await proxy.start()
         try:
             async with aiohttp.ClientSession(auto_decompress=False) as client:
-                yield Rig(url, proxy_url, proxy, client)
+                yield Rig(upstream_url or url, proxy_url, proxy, client)
         finally:
             await proxy.stop()
 
