@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from autotune.cli.capture import capture
 from autotune.cli.sim import sim_app, simulate
 from autotune.cli.traffic import traffic_app
 from autotune.errors import AutotuneError, ConfigError
@@ -25,6 +26,7 @@ app.add_typer(models_app, name="models")
 app.add_typer(traffic_app, name="traffic")
 app.add_typer(sim_app, name="sim")
 app.command("simulate")(simulate)
+app.command("capture")(capture)
 console = Console()
 if not console.is_terminal:  # logs and CI: wide enough for the trial tables
     console = Console(width=160)

@@ -14,19 +14,30 @@ from autotune.traffic.columns import row_error
 csv.field_size_limit(1 << 24)  # prompt text in a CSV cell can be long
 
 
-def json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(row number, object) for every non-empty line of a JSONL file; rows count from 1."""
+def json_lines(path: Path, partial_tail: list[int] | None = None
+               ) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(row number, object) for every non-empty line of a JSONL file; rows count from 1.
+
+    With `partial_tail` (a list to fill), a last line that has no newline and is not complete
+    JSON is skipped and its row appended there: what a writer killed mid-line leaves behind.
+    Anywhere else such a line is an error, as is a last line that is bad but complete."""
     with path.open("rb") as f:
         for row, raw in enumerate(f, start=1):
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError:
+                if partial_tail is not None and not raw.endswith(b"\n"):
+                    partial_tail.append(row)  # cut inside a multi-byte character
+                    return
                 raise row_error(path, row, "*", "not UTF-8 text") from None
             if not line.strip():
                 continue
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as exc:
+                if partial_tail is not None and not raw.endswith(b"\n"):
+                    partial_tail.append(row)
+                    return
                 raise row_error(path, row, "*", f"not a JSON object ({exc.msg})") from None
             except (ValueError, RecursionError) as exc:  # e.g. an integer of 5,000 digits
                 raise row_error(path, row, "*", f"not a usable JSON object ({exc})") from None

@@ -92,12 +92,17 @@ def read_burstgpt(path: Path, model: str | None = None) -> tuple[Trace, Notes]:
 
 def read_capture(path: Path) -> tuple[Trace, Notes]:
     """The capture proxy's JSONL log (`autotune.traffic.capture_format`); sorted by arrival,
-    since the proxy writes a record when its response finishes."""
+    since the proxy writes a record when its response finishes. A partial last line (a crash
+    while writing it) is skipped, with a note."""
     table = RawTable(path, labels={v: k for k, v in capture_format.COLUMNS.items()})
-    for row, rec in json_lines(path):
+    partial: list[int] = []
+    for row, rec in json_lines(path, partial_tail=partial):
         version = rec.get("v", capture_format.CAPTURE_FORMAT_VERSION)
         if version != capture_format.CAPTURE_FORMAT_VERSION:
             raise row_error(path, row, "v", f"capture format version {version!r}; this autotune "
                             f"reads version {capture_format.CAPTURE_FORMAT_VERSION}")
         table.add(row, capture_format.trace_values(rec))
-    return build_trace(table, name=path.stem, digest=file_digest(path), absolute_time=True), []
+    # The proxy writes whole lines, so a cut last line is a crash mid-write: skip it.
+    notes = [f"skipped a partial last line (row {partial[0]}): the capture was cut off while "
+             "writing it"] if partial else []
+    return build_trace(table, name=path.stem, digest=file_digest(path), absolute_time=True), notes
