@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from autotune.cli.traffic import traffic_import
@@ -145,6 +145,7 @@ def test_burstgpt_csv(rows: list[tuple[str, str, str, str]], model: str | None) 
 
 @SETTINGS
 @given(raw=st.binary(max_size=200), prefix=st.sampled_from([b"", b"{", b"PAR1", b"a,b\n", b"\xff"]))
+@example(raw=b"a\rb\n", prefix=b"")  # a bare carriage return once crashed format detection
 def test_arbitrary_bytes(raw: bytes, prefix: bytes) -> None:
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "junk"

@@ -64,7 +64,10 @@ def detect_format(path: Path) -> str:
             if capture_format.is_capture_record(rec):
                 return "openai-log"
         return "jsonl"
-    header = [h.strip() for h in next(csv.reader([line]), [])]
+    try:
+        header = [h.strip() for h in next(csv.reader([line]), [])]
+    except csv.Error:  # e.g. a bare carriage return: not a CSV header at all
+        return "jsonl"
     if all(c in header for c in readers.AZURE_COLUMNS):
         return "azure"
     if all(c in header for c in ("Timestamp", "Request tokens", "Response tokens")):
