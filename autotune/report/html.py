@@ -25,8 +25,9 @@ tr.feasible td.state { color: #1a7f37; font-weight: 600; }
 tr.infeasible { background: #fff1f0; } tr.infeasible td.state { color: #b42318; font-weight: 600; }
 tr.rejected { color: #6b7280; background: #f8f9fa; }
 tr.winner { background: #fff8c5; } tr.winner td.state::after { content: " \\2605 winner"; }
-td.msg { max-width: 28rem; text-align: left; white-space: pre-wrap; word-break: break-word;
-         font-size: .8rem; }
+td.msg { text-align: left; white-space: pre-wrap; word-break: break-word; font-size: .8rem;
+         padding-left: 2.5rem; border-top: none; }
+tr.message td.state::after { content: none; } div.wide { overflow-x: auto; }
 .note { color: #6b7280; font-style: italic; } .diff { font-weight: 600; }
 img { max-width: 100%; border: 1px solid #e5e7eb; margin: .5rem 0; }
 code { background: #f1f3f5; padding: 0 .2rem; }
@@ -69,9 +70,10 @@ def _summary(report: CampaignReport) -> str:
     w = report.winner
     winner = (f"trial {w.number} ({w.role}): {w.capacity_output_tok_s:,.0f} output tok/s"
               if w else "none: no trial met the SLO")
-    trials = (f"{len(report.trials)} of {report.max_trials} budgeted: "
-              f"{report.by_state('measured')} measured, {report.by_state('rejected')} rejected by "
-              f"interaction rules, {report.by_state('failed')} failed; "
+    # Rejections start no engine, so they are not counted against the budget.
+    trials = (f"{len(report.trials)}: {report.by_state('measured')} measured (budget "
+              f"{report.max_trials}, failed ones included), {report.by_state('failed')} failed, "
+              f"{report.by_state('rejected')} rejected by interaction rules; "
               f"{sum(t.feasible for t in report.trials)} feasible")
     status = report.status + (f" ({report.message})" if report.message else "")
     rows = (
@@ -140,7 +142,7 @@ def _trials(report: CampaignReport) -> str:
     params = [k for k in dict.fromkeys(k for t in report.trials for k in t.config) if k not in shared]
     head = ["#", "role", "state", "feasible", "capacity tok/s", "measured tok/s",
             "TTFT P99 ms", "TPOT P99 ms", "failure class", *params,
-            *(f"constraint {n}" for n in constraint_names), "message"]
+            *(f"constraint {n}" for n in constraint_names)]
     lines = ["<tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
     for t in report.trials:
         cls = _state(t) + (" winner" if t is report.winner else "")
@@ -157,14 +159,16 @@ def _trials(report: CampaignReport) -> str:
                  _td(_num(t.latency_p99_ms.get("tpot_p99_ms"))),
                  _td(t.failure_class or "-", "l"),
                  *(_td(_arg(t.config.get(p))) for p in params),
-                 *(_td(_num(t.constraints.get(n), 3)) for n in constraint_names),
-                 _td(message, "msg")]
+                 *(_td(_num(t.constraints.get(n), 3)) for n in constraint_names)]
         lines.append(_row(cells, cls, f' id="trial-{t.number}" data-trial="{t.number}" '
                                       f'data-feasible="{str(t.feasible).lower()}"'))
+        if message:  # a row of its own: messages run long and would squeeze the numbers
+            lines.append(f'<tr class="{cls} message" data-message-for="{t.number}">'
+                         f'<td class="msg" colspan="{len(head)}">{_e(message)}</td></tr>')
     note = (f'<p class="note">Engine arguments the same in every trial: '
             f'{_e(", ".join(f"{k}={_arg(v)}" for k, v in shared.items()))}. A constraint value '
             "above 0 is a violation (for a latency, the fraction over its ceiling).</p>")
-    return f'<table id="trials">{"".join(lines)}</table>{note}'
+    return f'<div class="wide"><table id="trials">{"".join(lines)}</table></div>{note}'
 
 
 def _importances(report: CampaignReport, image: str | None) -> str:
