@@ -37,6 +37,7 @@ from autotune.traffic.trace import Trace
 
 log = logging.getLogger("autotune.study")
 PROPOSED = "proposed"
+NO_FAILURE = "none"  # the failure_class user attribute of a trial that did not fail
 ASKS_PER_TRIAL = 10  # cap on asks (rejections and repeats are free) per measured trial
 MAX_INFRA_FAILURES_IN_A_ROW = 3  # then the cluster, not the configs, is what fails
 INFRA_FAILURES = ("infrastructure", "worker_error")
@@ -292,6 +293,7 @@ class StudyController:
         message = "; ".join(f"{v.rule}: {v.message}" for v in broken)
         self._set_constraints(trial, constraints)
         trial.set_user_attr("role", role)
+        trial.set_user_attr("feasible", False)
         trial.set_user_attr("failure_class", "rule_violation")
         trial.set_user_attr("failure_message", message)
         study.tell(trial, 0.0)
@@ -312,8 +314,11 @@ class StudyController:
         trial.set_user_attr("capacity_output_tok_s", outcome.capacity_output_tok_s)
         if job.slow_rules:
             trial.set_user_attr("slow_rules", job.slow_rules)
+        # Set on every trial: the dashboard's trial page shows user attributes only (not the
+        # constraint list), so "feasible" and "failure_class none" must be there to be read.
+        trial.set_user_attr("feasible", feasible)
+        trial.set_user_attr("failure_class", outcome.failure_class or NO_FAILURE)
         if outcome.failure_class:
-            trial.set_user_attr("failure_class", outcome.failure_class)
             trial.set_user_attr("failure_message", outcome.failure_message)
         if outcome.at_capacity is not None:
             for key in ("ttft_p99_ms", "tpot_p99_ms", "itl_p99_ms", "e2e_p99_ms"):

@@ -252,6 +252,26 @@ def publish(
 
 
 @app.command()
+def report(
+    campaign: Annotated[str, typer.Option(help="Campaign name (or its numeric id).")],
+    out: Annotated[Path, typer.Option(help="Directory to write index.html and its PNGs to.")],
+    deployment: Annotated[str | None, typer.Option(help="Needed if several have it.")] = None,
+) -> None:
+    """Write a campaign's HTML report: plots, the winner beside the incumbent and baselines,
+    every trial."""
+    from autotune.report import INDEX, find_campaign, gather, write_report
+    from autotune.storage.db import session_scope
+
+    engine, url = _db()
+    with session_scope(engine) as s:
+        data = gather(s, find_campaign(s, campaign, deployment), url)
+        s.rollback()  # read only
+    written = write_report(data, out)
+    console.print(f"wrote the report of {data.study_name} ({len(data.trials)} trials) to "
+                  f"{written / INDEX}", soft_wrap=True)
+
+
+@app.command()
 def campaigns() -> None:
     """List campaigns."""
     from rich.table import Table

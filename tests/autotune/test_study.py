@@ -76,6 +76,11 @@ def test_best_trial_is_feasible_and_constraints_reach_optuna(finished: tuple[str
         # The list form optuna-dashboard 0.21 reads.
         assert ft.system_attrs["constraints"] == pytest.approx(list(t.constraints.values()))
         assert ft.user_attrs["role"] == t.role
+        # What optuna-dashboard's trial page shows (it lists user attributes, not constraints).
+        assert ft.user_attrs["feasible"] is t.feasible
+        assert ft.user_attrs["failure_class"] == (t.failure_class or "none")
+        assert {k.removeprefix("constraint:"): v for k, v in ft.user_attrs.items()
+                if k.startswith("constraint:")} == pytest.approx(t.constraints)
 
 
 def test_measured_trials_carry_latency_and_where_they_ran(finished: tuple[str, int]) -> None:

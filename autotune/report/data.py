@@ -1,0 +1,208 @@
+"""What a campaign report shows, gathered from the database into frozen records.
+
+Nothing here draws or formats: `plots` and `html` read these records only, so the report can be
+rendered (and tested) without a session open.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from autotune.baselines import BASELINES, effective_values
+from autotune.engine_config import EngineConfig
+from autotune.errors import NotFoundError
+from autotune.storage import repo
+from autotune.storage.models import Campaign, Publication, Trial
+
+log = logging.getLogger("autotune.report")
+LATENCY_KEYS = ("ttft_p99_ms", "tpot_p99_ms", "itl_p99_ms", "e2e_p99_ms")
+# fANOVA on fewer complete trials says nothing useful (and raises on one).
+MIN_TRIALS_FOR_IMPORTANCE = 4
+
+
+@dataclass(frozen=True)
+class ReportTrial:
+    number: int
+    role: str
+    state: str  # measured, rejected, failed
+    feasible: bool
+    capacity_output_tok_s: float  # 0 unless feasible
+    # Throughput and P99s at the point measured: capacity for feasible trials, the recorded
+    # rate for the ones that missed the SLO there; None when nothing was measured.
+    measured_output_tok_s: float | None
+    latency_p99_ms: dict[str, float | None]
+    config: dict[str, Any]
+    constraints: dict[str, float | None]
+    failure_class: str | None
+    failure_message: str | None
+    repeat_of: int | None
+
+
+@dataclass(frozen=True)
+class ConfigColumn:
+    """One config of the comparison table (winner, incumbent, a baseline)."""
+
+    label: str
+    source: str  # e.g. "trial 7" or "2026Q3 trial 12 (published 2026-07-01)"
+    feasible: bool
+    capacity_output_tok_s: float
+    latency_p99_ms: dict[str, float | None]
+    effective_config: dict[str, Any]  # vLLM's defaults filled in, so only real differences show
+    failure_class: str | None = None
+
+
+@dataclass(frozen=True)
+class Importances:
+    """Parameter importances, or why there are none."""
+
+    values: dict[str, float] = field(default_factory=dict)
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class CampaignReport:
+    campaign_id: int
+    campaign: str
+    deployment: str
+    study_name: str
+    model: str
+    gpu: str
+    gpu_count: int
+    tensor_parallel_size: int
+    max_model_len: int
+    traffic_profile: str
+    slo_ms: dict[str, float]
+    trace_ref: str
+    trace_digest: str
+    backend: str
+    executor: str
+    search_space: str
+    max_trials: int
+    seed: int
+    status: str
+    message: str | None
+    started_at: datetime
+    finished_at: datetime | None
+    wall_s: float | None
+    trials: tuple[ReportTrial, ...]
+    winner: ReportTrial | None
+    comparison: tuple[ConfigColumn, ...]  # winner first, when there is one
+    importances: Importances
+
+    def by_state(self, state: str) -> int:
+        return sum(1 for t in self.trials if t.state == state)
+
+
+def find_campaign(session: Session, campaign: str, deployment: str | None = None) -> Campaign:
+    """By name (optionally within a deployment); a number that names no campaign is an id."""
+    try:
+        return repo.find_campaign(session, campaign, deployment)
+    except NotFoundError:
+        if not campaign.isdigit():
+            raise
+        found = session.get(Campaign, int(campaign))
+        if found is None or (deployment and found.deployment.name != deployment):
+            raise NotFoundError(f"no campaign named or numbered {campaign!r}; list them with "
+                                "`autotune campaigns`") from None
+        return found
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _trial(t: Trial) -> ReportTrial:
+    lat = t.latency or {}
+    return ReportTrial(
+        number=t.number, role=t.role, state=t.state, feasible=t.feasible,
+        capacity_output_tok_s=t.capacity_output_tok_s,
+        measured_output_tok_s=_float(lat.get("output_tok_s")) if t.latency else None,
+        latency_p99_ms={k: _float(lat.get(k)) for k in LATENCY_KEYS},
+        config=dict(t.engine_config), constraints={k: _float(v) for k, v in t.constraints.items()},
+        failure_class=t.failure_class, failure_message=t.failure_message, repeat_of=t.repeat_of)
+
+
+def _column(label: str, source: str, t: Trial, config: dict[str, Any],
+            campaign: Campaign) -> ConfigColumn:
+    spec = repo.spec_of(campaign.deployment)
+    lat = t.latency or {}
+    return ConfigColumn(label=label, source=source, feasible=t.feasible,
+                        capacity_output_tok_s=t.capacity_output_tok_s,
+                        latency_p99_ms={k: _float(lat.get(k)) for k in LATENCY_KEYS},
+                        effective_config=effective_values(EngineConfig(**config), spec),
+                        failure_class=t.failure_class)
+
+
+def _incumbent(session: Session, campaign: Campaign) -> Publication | None:
+    try:
+        return repo.current_publication(session, campaign.deployment)
+    except NotFoundError:
+        return None
+
+
+def _comparison(session: Session, campaign: Campaign) -> tuple[ConfigColumn, ...]:
+    columns = []
+    best = repo.best_trial(campaign)
+    if best is not None:
+        columns.append(_column("winner", f"trial {best.number}", best, best.engine_config,
+                               campaign))
+    pub = _incumbent(session, campaign)
+    if pub is not None:
+        # Its figures are those measured when it was tuned, possibly on other traffic.
+        where = "this campaign" if pub.campaign_id == campaign.id else f"campaign {pub.campaign.name}"
+        source = (f"{pub.period_label}: {where}, trial {pub.trial.number}, published "
+                  f"{pub.published_at:%Y-%m-%d}")
+        columns.append(_column("incumbent", source, pub.trial, pub.engine_config, campaign))
+    for role in BASELINES:
+        base = next((t for t in campaign.trials if t.role == role), None)
+        if base is not None:
+            columns.append(_column(role, f"trial {base.number}", base, base.engine_config,
+                                   campaign))
+    return tuple(columns)
+
+
+def importances(storage_url: str, study_name: str) -> Importances:
+    """fANOVA importances of the study's parameters for the objective the sampler saw."""
+    import optuna
+
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage_url)
+    except KeyError:
+        return Importances(note=f"the Optuna study {study_name!r} is not in this database")
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    if len(complete) < MIN_TRIALS_FOR_IMPORTANCE:
+        return Importances(note=f"only {len(complete)} complete trial(s); parameter importances "
+                                f"need at least {MIN_TRIALS_FOR_IMPORTANCE}")
+    if len({t.value for t in complete}) < 2:
+        return Importances(note="every trial has the same objective value, so no parameter "
+                                "explains any of its variance")
+    try:
+        values = optuna.importance.get_param_importances(study)
+    except (ValueError, RuntimeError) as exc:  # e.g. no parameter shared by all trials
+        log.warning("%s: parameter importances failed: %s", study_name, exc)
+        return Importances(note=f"parameter importances could not be computed: {exc}")
+    return Importances(values={k: float(v) for k, v in values.items()})
+
+
+def gather(session: Session, campaign: Campaign, storage_url: str) -> CampaignReport:
+    dep = campaign.deployment
+    trials = tuple(_trial(t) for t in campaign.trials)
+    best = repo.best_trial(campaign)
+    return CampaignReport(
+        campaign_id=campaign.id, campaign=campaign.name, deployment=dep.name,
+        study_name=campaign.study_name, model=dep.model, gpu=dep.gpu, gpu_count=dep.gpu_count,
+        tensor_parallel_size=dep.tensor_parallel_size, max_model_len=dep.max_model_len,
+        traffic_profile=dep.traffic_profile, slo_ms=dict(campaign.slo),
+        trace_ref=campaign.trace_ref, trace_digest=campaign.trace_digest,
+        backend=campaign.backend, executor=campaign.executor, search_space=campaign.search_space,
+        max_trials=campaign.max_trials, seed=campaign.seed, status=campaign.status,
+        message=campaign.message, started_at=campaign.started_at,
+        finished_at=campaign.finished_at, wall_s=campaign.wall_s, trials=trials,
+        winner=next((t for t in trials if best is not None and t.number == best.number), None),
+        comparison=_comparison(session, campaign),
+        importances=importances(storage_url, campaign.study_name))
