@@ -57,12 +57,15 @@ class DeploymentSpec(BaseModel):
         return catalogue.model(self.model)
 
     def rule_context(self) -> dict[str, object]:
-        """Deployment facts that interaction rules may name."""
-        g = self.gpu_info
-        return {"device": g.device, "gpu_memory_gib": g.memory_gib, "gpu_count": self.gpu_count}
+        """Deployment facts that interaction rules and search-space bounds may name."""
+        g, m = self.gpu_info, self.model_info
+        return {"device": g.device, "gpu_memory_gib": g.memory_gib, "gpu_count": self.gpu_count,
+                "max_model_len": self.max_model_len, "model_is_moe": m.num_experts > 0,
+                "model_weight_gib": m.weight_bytes / 2**30}
 
 
-RULE_CONTEXT_NAMES = {"device", "gpu_memory_gib", "gpu_count"}
+RULE_CONTEXT_NAMES = {"device", "gpu_memory_gib", "gpu_count", "max_model_len", "model_is_moe",
+                      "model_weight_gib"}
 
 # The deployment `make tune` and the embedded defaults use.
 DEMO = DeploymentSpec(
