@@ -39,9 +39,19 @@ def vllm_default_values(dep: DeploymentSpec) -> dict[str, Any]:
     }
 
 
+# Defaults vLLM resolves the same way on every deployment; not written into the baselines'
+# configs (so their command lines stay as they were), but rules and spaces see them.
+IMPLICIT_DEFAULTS: dict[str, Any] = {
+    "data_parallel_size": 1,
+    "long_prefill_token_threshold": 0,  # no cap on one prefill's share of the step budget
+    "kv_cache_dtype": "auto",
+    "enforce_eager": False,  # CUDA graphs on
+}
+
+
 def effective_values(config: EngineConfig, dep: DeploymentSpec) -> dict[str, Any]:
     """Every engine argument as the engine will see it: set ones, else vLLM's defaults."""
-    return {**vllm_default_values(dep), **config.explicit()}
+    return {**IMPLICIT_DEFAULTS, **vllm_default_values(dep), **config.explicit()}
 
 
 def vllm_defaults(dep: DeploymentSpec) -> EngineConfig:

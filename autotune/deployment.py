@@ -57,12 +57,19 @@ class DeploymentSpec(BaseModel):
         return catalogue.model(self.model)
 
     def rule_context(self) -> dict[str, object]:
-        """Deployment facts that interaction rules may name."""
-        g = self.gpu_info
-        return {"device": g.device, "gpu_memory_gib": g.memory_gib, "gpu_count": self.gpu_count}
+        """Deployment facts that interaction rules and search-space bounds may name."""
+        g, m = self.gpu_info, self.model_info
+        return {"device": g.device, "gpu_memory_gib": g.memory_gib, "gpu_count": self.gpu_count,
+                "max_model_len": self.max_model_len, "model_is_moe": m.num_experts > 0,
+                "model_weight_gib": m.weight_bytes / 2**30,
+                # MLA-family kernels page the KV cache in their own blocks (FlashMLA: 64 tokens)
+                # whatever --block-size says; 0 where the engine uses block_size as given.
+                "kernel_block_tokens": 64 if g.device == "gpu" and m.attention in (
+                    catalogue.MLA, catalogue.DSV4) else 0}
 
 
-RULE_CONTEXT_NAMES = {"device", "gpu_memory_gib", "gpu_count"}
+RULE_CONTEXT_NAMES = {"device", "gpu_memory_gib", "gpu_count", "max_model_len", "model_is_moe",
+                      "model_weight_gib", "kernel_block_tokens"}
 
 # The deployment `make tune` and the embedded defaults use.
 DEMO = DeploymentSpec(

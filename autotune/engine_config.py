@@ -34,6 +34,8 @@ class EngineConfig(BaseModel):
 
     max_model_len: int | None = Field(default=None, gt=0)
     tensor_parallel_size: int | None = Field(default=None, gt=0)
+    # Engine replicas behind the server's own load balancer; GPUs used = tensor x data.
+    data_parallel_size: int | None = Field(default=None, gt=0)
     max_num_seqs: int | None = Field(default=None, gt=0)
     max_num_batched_tokens: int | None = Field(default=None, gt=0)
     block_size: int | None = Field(default=None, gt=0)

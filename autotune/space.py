@@ -1,8 +1,10 @@
-"""Search spaces as the core uses them: loaded, name-checked, and rules applied to configs."""
+"""Search spaces as the core uses them: loaded, name-checked, bound to a deployment's hardware
+and model, and rules applied to configs."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from autotune.baselines import effective_values
 from autotune.deployment import RULE_CONTEXT_NAMES, DeploymentSpec
@@ -23,6 +25,29 @@ def load_search_space(name_or_path: str) -> SearchSpace:
     except SpaceError as exc:
         raise SearchSpaceError(f"{exc}; fix the space file") from None
     return space
+
+
+def space_name_for(dep: DeploymentSpec, requested: str | None) -> str:
+    """The space a campaign searches: the one asked for, else the built-in space of the
+    deployment's traffic profile (`chat` or `batch`)."""
+    return requested or dep.traffic_profile
+
+
+def deployment_space(name_or_path: str, dep: DeploymentSpec) -> SearchSpace:
+    """A space bound to one deployment: hardware- and model-derived bounds resolved."""
+    space = load_search_space(name_or_path)
+    try:
+        return space.bind(dep.rule_context())
+    except SpaceError as exc:
+        raise SearchSpaceError(f"{exc}; fix the space file or the deployment") from None
+
+
+def space_params(space: SearchSpace, config: EngineConfig, dep: DeploymentSpec) -> dict[str, Any]:
+    """The space's parameter values for a config (what to enqueue for a baseline)."""
+    try:
+        return space.assignment(effective_values(config, dep))
+    except SpaceError as exc:
+        raise SearchSpaceError(str(exc)) from None
 
 
 @dataclass(frozen=True)

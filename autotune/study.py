@@ -17,7 +17,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import optuna
-from optuna.distributions import CategoricalDistribution
 from optuna.trial import Trial as OptunaTrial
 from sqlalchemy import Engine
 
@@ -28,8 +27,9 @@ from autotune.errors import ConfigError
 from autotune.executors import Executor
 from autotune.objective import is_feasible, outcome_constraints, rejected_constraints
 from autotune.records import CapacitySearch, TrialOutcome, TrialSpec
+from autotune.samplers import DEFAULT_SAMPLER, make_sampler
 from autotune.slo import SLO
-from autotune.space import load_search_space, violations
+from autotune.space import deployment_space, space_params, violations
 from autotune.storage import repo
 from autotune.storage.db import session_scope
 from autotune.storage.models import Campaign
@@ -55,6 +55,7 @@ class CampaignRequest:
     executor: str = "inline"
     parallel: int = 1
     search_space: str = "default"
+    sampler: str = DEFAULT_SAMPLER
     max_trials: int = 30
     seed: int = 0
     search: CapacitySearch = field(default_factory=CapacitySearch)
@@ -116,33 +117,22 @@ def _base_config(role: str, dep: DeploymentSpec) -> EngineConfig:
     return BASELINES[role](dep) if role in BASELINES else EngineConfig(**deployment_args(dep))
 
 
-def _baseline_params(space_params: dict[str, Any], config: EngineConfig) -> dict[str, Any]:
-    values = config.explicit()
-    params = {}
-    for name, dist in space_params.items():
-        value = values[name]
-        contained = (value in dist.choices if isinstance(dist, CategoricalDistribution)
-                     else dist.low <= value <= dist.high)
-        if not contained:
-            raise ConfigError(f"the search space does not contain the baseline value "
-                              f"{name}={value!r}; widen that parameter's range")
-        params[name] = value
-    return params
-
-
 class StudyController:
     def __init__(self, engine: Engine, storage_url: str, request: CampaignRequest,
                  executor: Executor, observer: Observer | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.engine, self.request, self.executor = engine, request, executor
         self.observer = observer or Observer()
-        self.space = load_search_space(request.search_space)
-        self.distributions = self.space.distributions()
+        self.space = deployment_space(request.search_space, request.deployment)
+        # The sampler proposes from plan.space (the grid sampler's is two axes of this space).
+        self.plan = make_sampler(request.sampler, self.space, seed=request.seed,
+                                 parallel=request.parallel)
         self.storage = optuna.storages.RDBStorage(storage_url)
         self.clock = clock
         # Checked before anything is written: a baseline the space cannot hold is a bad request.
-        self.baseline_params = {role: _baseline_params(self.distributions,
-                                                       _base_config(role, request.deployment))
+        self.baseline_params = {role: space_params(self.plan.space,
+                                                   _base_config(role, request.deployment),
+                                                   request.deployment)
                                 for role in BASELINES}
         self.records: list[TrialRecord] = []
         self._infra_in_a_row = 0
@@ -163,12 +153,10 @@ class StudyController:
             return campaign.id
 
     def _create_study(self) -> optuna.Study:
-        sampler = optuna.samplers.TPESampler(
-            seed=self.request.seed, multivariate=True, constant_liar=self.executor.slots > 1,
-            n_startup_trials=8)
         study = optuna.create_study(study_name=self.request.study_name, storage=self.storage,
-                                    direction="maximize", sampler=sampler)
+                                    direction="maximize", sampler=self.plan.sampler)
         study.set_user_attr("slo", str(self.request.slo))
+        study.set_user_attr("sampler", self.plan.name)
         study.set_user_attr("deployment", self.request.deployment.name)
         for role, params in self.baseline_params.items():
             study.enqueue_trial(params, user_attrs={"role": role})
@@ -252,9 +240,10 @@ class StudyController:
     def _ask(self, study: optuna.Study, campaign_id: int) -> _InFlight | None:
         """Ask for a config; returns it if it must run, else tells it right away."""
         dep = self.request.deployment
-        trial = study.ask(self.distributions)
+        trial = study.ask()
         role = trial.user_attrs.get("role", PROPOSED)
-        config = _base_config(role, dep).merged(**trial.params)
+        # Define-by-run: a conditional parameter is suggested only when its feature is on.
+        config = _base_config(role, dep).merged(**self.plan.space.suggest(trial))
         broken = violations(self.space, config, dep)
         # Baselines are references: they run unless they are known to fail.
         blocking = [v for v in broken if role == PROPOSED or v.severity == "error"]

@@ -3,7 +3,11 @@
 A rule's `require` expression must hold for a config to be allowed. The grammar is a small subset
 of Python expressions, parsed with `ast` and interpreted here node by node:
 `and or not`, comparisons (`== != < <= > >= in not in`), `+ - * / // %`, unary minus,
-names, numbers, strings, booleans and tuples/lists of constants (for `in`).
+`A if C else B`, the calls `min(...)` and `max(...)`, names, numbers, strings, booleans and
+tuples/lists of constants (for `in`).
+
+`Expr` is one such expression with a value (search-space bounds and conditions use it); a `Rule`
+is an expression that must hold.
 """
 
 from __future__ import annotations
@@ -32,25 +36,30 @@ _BINARY: dict[type, Callable[[Any, Any], Any]] = {
     ast.FloorDiv: operator.floordiv,
     ast.Mod: operator.mod,
 }
+_CALLS: dict[str, Callable[..., Any]] = {"min": min, "max": max}
 
 
 class RuleError(ValueError):
     """A rule that cannot be parsed, names an unknown value, or fails to evaluate."""
 
 
-def _names(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-
-
 def _check_grammar(node: ast.AST, source: str) -> None:
     allowed = (
         ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub,
         ast.Compare, ast.BinOp, ast.Name, ast.Load, ast.Constant, ast.Tuple, ast.List,
-        *_COMPARE, *_BINARY,
+        ast.IfExp, ast.Call, *_COMPARE, *_BINARY,
     )
     for n in ast.walk(node):
         if not isinstance(n, allowed):
             raise RuleError(f"{source!r}: {type(n).__name__} is not allowed in a rule")
+        if isinstance(n, ast.Call) and (not isinstance(n.func, ast.Name)
+                                        or n.func.id not in _CALLS or n.keywords or not n.args):
+            raise RuleError(f"{source!r}: calls other than min(...) and max(...) are not allowed")
+
+
+def _names(node: ast.AST) -> set[str]:
+    called = {id(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)}
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and id(n) not in called}
 
 
 def _evaluate(node: ast.AST, values: Mapping[str, Any]) -> Any:
@@ -69,6 +78,12 @@ def _evaluate(node: ast.AST, values: Mapping[str, Any]) -> Any:
     if isinstance(node, ast.UnaryOp):
         operand = _evaluate(node.operand, values)
         return (not operand) if isinstance(node.op, ast.Not) else -operand
+    if isinstance(node, ast.IfExp):
+        branch = node.body if _evaluate(node.test, values) else node.orelse
+        return _evaluate(branch, values)
+    if isinstance(node, ast.Call):
+        assert isinstance(node.func, ast.Name)  # checked by _check_grammar
+        return _CALLS[node.func.id](*(_evaluate(a, values) for a in node.args))
     if isinstance(node, ast.BinOp):
         return _BINARY[type(node.op)](_evaluate(node.left, values), _evaluate(node.right, values))
     if isinstance(node, ast.Compare):
@@ -80,6 +95,42 @@ def _evaluate(node: ast.AST, values: Mapping[str, Any]) -> Any:
             left = right
         return True
     raise RuleError(f"cannot evaluate {type(node).__name__}")  # excluded by _check_grammar
+
+
+def _parse(source: str, what: str) -> ast.Expression:
+    try:
+        tree = ast.parse(source, mode="eval")
+    except SyntaxError as exc:
+        raise RuleError(f"{what}: cannot parse {source!r}: {exc.msg}") from None
+    try:
+        _check_grammar(tree, source)
+    except RuleError as exc:
+        raise RuleError(f"{what}: {exc}") from None
+    return tree
+
+
+@dataclass(frozen=True)
+class Expr:
+    """An expression in the rule grammar whose value is used: a bound, a condition."""
+
+    source: str
+    what: str = "expression"  # names it in error messages, e.g. "parameter 'x' max"
+    _tree: ast.Expression = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_tree", _parse(self.source, self.what))
+
+    @property
+    def names(self) -> set[str]:
+        return _names(self._tree)
+
+    def value(self, values: Mapping[str, Any]) -> Any:
+        try:
+            return _evaluate(self._tree, values)
+        except KeyError as exc:
+            raise RuleError(f"{self.what}: no value for {exc.args[0]!r}") from None
+        except (TypeError, ZeroDivisionError, ValueError) as exc:
+            raise RuleError(f"{self.what}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -95,15 +146,7 @@ class Rule:
     def __post_init__(self) -> None:
         if self.severity not in ("error", "slow"):
             raise RuleError(f"rule {self.name!r}: severity must be 'error' or 'slow'")
-        try:
-            tree = ast.parse(self.require, mode="eval")
-        except SyntaxError as exc:
-            raise RuleError(f"rule {self.name!r}: cannot parse {self.require!r}: {exc.msg}") from None
-        try:
-            _check_grammar(tree, self.require)
-        except RuleError as exc:
-            raise RuleError(f"rule {self.name!r}: {exc}") from None
-        object.__setattr__(self, "_tree", tree)
+        object.__setattr__(self, "_tree", _parse(self.require, f"rule {self.name!r}"))
 
     @property
     def names(self) -> set[str]:

@@ -2,22 +2,35 @@
 
 A space file:
 
-    name: default
+    name: chat
     description: ...
+    profile: chat     # optional: the deployment traffic profile this space is the default for
     parameters:
-      max_num_seqs: {type: int, low: 8, high: 1024, log: true}
+      max_num_seqs: {type: categorical, choices: [32, 64, 128, 256], max: "max_model_len // 8"}
       block_size: {type: categorical, choices: [16, 32, 64]}
-      enable_prefix_caching: {type: bool}
+      enable_chunked_prefill: {type: bool}
+      long_prefill_token_threshold:
+        {type: categorical, choices: [0, 512, 2048], when: enable_chunked_prefill}
       gpu_memory_utilization: {type: float, low: 0.8, high: 0.96, step: 0.01}
     rules:            # optional, added to the common rules in rules.yaml
       - {name: ..., require: "...", message: "...", severity: error|slow}
+
+- `when` (an expression over earlier parameters and deployment facts): the parameter exists
+  only when it holds; otherwise it is never suggested and the engine uses its default. Optuna
+  handles the changing set of parameters define-by-run (`SearchSpace.suggest`).
+- `min` / `max` (expressions over deployment facts such as `gpu_memory_gib`, `gpu_count`,
+  `max_model_len`): bounds derived from the hardware and the model, resolved by
+  `SearchSpace.bind(context)` before a study starts. They clamp `low`/`high` of numbers and
+  filter the `choices` of categoricals.
+Expressions use the rule grammar (search_spaces/_rules.py), never `eval`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 from optuna.distributions import (
@@ -27,15 +40,29 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from search_spaces._rules import Rule, RuleError
+from search_spaces._rules import Expr, Rule, RuleError
 
 SPACES_DIR = Path(__file__).parent / "spaces"
 RULES_FILE = SPACES_DIR / "rules.yaml"
 _TYPES = ("int", "float", "categorical", "bool")
+_PARAM_KEYS = {"type", "low", "high", "step", "log", "choices", "when", "min", "max"}
+MAX_PLAIN_INT_GRID = 64  # an int range without step or log wider than this has no sensible grid
 
 
 class SpaceError(ValueError):
     """A malformed search-space or rules file."""
+
+
+class Suggester(Protocol):
+    """What `SearchSpace.suggest` needs of an Optuna trial (optuna.trial.Trial has it)."""
+
+    def suggest_int(self, name: str, low: int, high: int, *, step: int = 1,
+                    log: bool = False) -> int: ...
+
+    def suggest_float(self, name: str, low: float, high: float, *, step: float | None = None,
+                      log: bool = False) -> float: ...
+
+    def suggest_categorical(self, name: str, choices: Any) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -47,6 +74,9 @@ class Param:
     step: float | None = None
     log: bool = False
     choices: tuple[Any, ...] = ()
+    when: Expr | None = None
+    min_expr: Expr | None = None
+    max_expr: Expr | None = None
 
     def distribution(self) -> BaseDistribution:
         if self.type == "int":
@@ -59,16 +89,62 @@ class Param:
             return CategoricalDistribution((True, False))
         return CategoricalDistribution(self.choices)
 
+    def contains(self, value: Any) -> bool:
+        if self.type in ("bool", "categorical"):
+            return value in (self.grid() if self.type == "bool" else self.choices)
+        return float(self.low) <= value <= float(self.high)  # type: ignore[arg-type]
+
+    def suggest(self, trial: Suggester) -> Any:
+        if self.type == "int":
+            return trial.suggest_int(self.name, int(self.low), int(self.high),  # type: ignore[arg-type]
+                                     step=int(self.step or 1), log=self.log)
+        if self.type == "float":
+            return trial.suggest_float(self.name, float(self.low), float(self.high),  # type: ignore[arg-type]
+                                       step=self.step, log=self.log)
+        if self.type == "bool":
+            return trial.suggest_categorical(self.name, (True, False))
+        return trial.suggest_categorical(self.name, self.choices)
+
     def grid(self) -> tuple[Any, ...]:
-        """The finite set of values a grid search visits (ints and floats: their steps)."""
+        """The finite set of values a grid search visits: categoricals their choices, numbers
+        their steps; a log-scaled int without a step the powers of two in range (and both
+        ends)."""
         if self.type == "bool":
             return (True, False)
         if self.type == "categorical":
             return self.choices
+        low, high = float(self.low), float(self.high)  # type: ignore[arg-type]
+        if self.type == "int" and self.step is None and self.log:
+            powers = {2**k for k in range(64) if low <= 2**k <= high}
+            return tuple(sorted(powers | {int(low), int(high)}))
+        if self.step is None and (self.type == "float" or high - low + 1 > MAX_PLAIN_INT_GRID):
+            raise SpaceError(f"parameter {self.name!r} has no grid: give it a 'step' (or, for "
+                             "an int, 'log: true')")
         step = self.step or 1
-        count = round((float(self.high) - float(self.low)) / step) + 1  # type: ignore[arg-type]
-        values = [float(self.low) + i * step for i in range(count)]  # type: ignore[arg-type]
+        count = round((high - low) / step) + 1
+        values = [low + i * step for i in range(count)]
         return tuple(int(v) if self.type == "int" else round(v, 6) for v in values)
+
+    def bind(self, context: Mapping[str, Any]) -> Param:
+        """This parameter with its `min`/`max` resolved against deployment facts."""
+        if self.min_expr is None and self.max_expr is None:
+            return self
+        lo = self.min_expr.value(context) if self.min_expr else None
+        hi = self.max_expr.value(context) if self.max_expr else None
+        where = f"parameter {self.name!r} (min {lo}, max {hi} for this deployment)"
+        if self.type == "categorical":
+            kept = tuple(c for c in self.choices
+                         if (lo is None or c >= lo) and (hi is None or c <= hi))
+            if not kept:
+                raise SpaceError(f"{where}: none of the choices {list(self.choices)} is left")
+            return replace(self, choices=kept, min_expr=None, max_expr=None)
+        low = self.low if lo is None else max(float(self.low), lo)  # type: ignore[arg-type]
+        high = self.high if hi is None else min(float(self.high), hi)  # type: ignore[arg-type]
+        if low > high:  # type: ignore[operator]
+            raise SpaceError(f"{where}: the range {self.low}..{self.high} leaves nothing")
+        if self.type == "int":
+            low, high = int(low), int(high)  # type: ignore[arg-type]
+        return replace(self, low=low, high=high, min_expr=None, max_expr=None)
 
 
 @dataclass(frozen=True)
@@ -77,22 +153,112 @@ class SearchSpace:
     description: str
     params: tuple[Param, ...]
     rules: tuple[Rule, ...]
+    profile: str | None = None
+    # Deployment facts the space was bound to (conditions may name them); empty until bind().
+    context: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def param_names(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.params)
 
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise SpaceError(f"search space {self.name!r} has no parameter {name!r}")
+
     def distributions(self) -> dict[str, BaseDistribution]:
+        """Every parameter's distribution, conditional ones included."""
         return {p.name: p.distribution() for p in self.params}
 
+    def bind(self, context: Mapping[str, Any]) -> SearchSpace:
+        """The space for one deployment: hardware-derived bounds resolved, facts kept for the
+        parameters' conditions."""
+        try:
+            params = tuple(p.bind(context) for p in self.params)
+        except RuleError as exc:
+            raise SpaceError(f"search space {self.name!r}: {exc}") from None
+        except SpaceError as exc:
+            raise SpaceError(f"search space {self.name!r}: {exc}") from None
+        return replace(self, params=params, context=dict(context))
+
+    def restricted(self, names: tuple[str, ...]) -> SearchSpace:
+        """The same space and rules with only the named parameters (the others at defaults)."""
+        missing = [n for n in names if n not in self.param_names]
+        if missing:
+            raise SpaceError(f"search space {self.name!r} has no parameter(s) "
+                             f"{', '.join(missing)}")
+        kept = tuple(p for p in self.params if p.name in names)
+        return replace(self, params=tuple(replace(p, when=None) for p in kept))
+
+    def is_active(self, param: Param, values: Mapping[str, Any]) -> bool:
+        if param.when is None:
+            return True
+        try:
+            return bool(param.when.value({**self.context, **values}))
+        except RuleError as exc:
+            raise SpaceError(f"search space {self.name!r}: {exc}") from None
+
+    def suggest(self, trial: Suggester) -> dict[str, Any]:
+        """Define-by-run: suggest each parameter whose condition holds, in file order."""
+        values: dict[str, Any] = {}
+        for p in self.params:
+            if self.is_active(p, values):
+                values[p.name] = p.suggest(trial)
+        return values
+
+    def assignment(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The parameters a config sets, read from its (effective) values: what to enqueue for
+        it. A value outside its parameter's range is a SpaceError."""
+        chosen: dict[str, Any] = {}
+        for p in self.params:
+            if not self.is_active(p, chosen):
+                continue
+            value = values[p.name]
+            if not p.contains(value):
+                raise SpaceError(f"search space {self.name!r} does not contain {p.name}="
+                                 f"{value!r}; widen that parameter's range")
+            chosen[p.name] = value
+        return chosen
+
+    def grid_points(self) -> Iterator[dict[str, Any]]:
+        """Every assignment of grid values, conditions honoured (a parameter whose condition
+        fails is absent, not multiplied in)."""
+
+        def walk(i: int, values: dict[str, Any]) -> Iterator[dict[str, Any]]:
+            if i == len(self.params):
+                yield dict(values)
+                return
+            p = self.params[i]
+            if not self.is_active(p, values):
+                yield from walk(i + 1, values)
+                return
+            for v in p.grid():
+                values[p.name] = v
+                yield from walk(i + 1, values)
+            del values[p.name]
+
+        return walk(0, {})
+
     def check_names(self, known_params: set[str], context_names: set[str]) -> None:
-        """Refuse a parameter vLLM does not have, or a rule naming an unknown value."""
+        """Refuse a parameter vLLM does not have, or an expression naming an unknown value.
+        A condition may name deployment facts and the parameters before it."""
+        earlier: set[str] = set()
         for p in self.params:
             if p.name not in known_params:
                 raise SpaceError(
                     f"search space {self.name!r}: unknown parameter {p.name!r}; known parameters: "
                     f"{', '.join(sorted(known_params))}"
                 )
+            for expr, allowed in ((p.when, context_names | earlier),
+                                  (p.min_expr, context_names), (p.max_expr, context_names)):
+                unknown = sorted(expr.names - allowed) if expr else []
+                if unknown:
+                    raise SpaceError(
+                        f"search space {self.name!r}: {expr.what} names {', '.join(unknown)}; "  # type: ignore[union-attr]
+                        f"it may name deployment facts ({', '.join(sorted(context_names))})"
+                        + (" and the parameters before it" if expr is p.when else ""))
+            earlier.add(p.name)
         for rule in self.rules:
             try:
                 rule.check_names(known_params | context_names)
@@ -110,26 +276,41 @@ def _read_yaml(path: Path) -> Any:
         raise SpaceError(f"{path} is not valid YAML: {exc}".replace("\n", " ")) from None
 
 
+def _expr(where: str, key: str, spec: dict[str, Any]) -> Expr | None:
+    if spec.get(key) is None:
+        return None
+    try:
+        return Expr(str(spec[key]), f"{where} {key}")
+    except RuleError as exc:
+        raise SpaceError(str(exc)) from None
+
+
 def _parse_param(path: Path, name: str, spec: Any) -> Param:
     where = f"{path}: parameter {name!r}"
     if not isinstance(spec, dict) or spec.get("type") not in _TYPES:
         raise SpaceError(f"{where}: needs 'type' set to one of {', '.join(_TYPES)}")
     kind = spec["type"]
-    extra = set(spec) - {"type", "low", "high", "step", "log", "choices"}
+    extra = set(spec) - _PARAM_KEYS
     if extra:
         raise SpaceError(f"{where}: unknown key(s) {', '.join(sorted(extra))}")
+    when = _expr(f"parameter {name!r}", "when", spec)
+    lo = _expr(f"parameter {name!r}", "min", spec)
+    hi = _expr(f"parameter {name!r}", "max", spec)
+    if kind == "bool" and (lo or hi):
+        raise SpaceError(f"{where}: a bool has no 'min' or 'max'")
     if kind in ("int", "float"):
         if "low" not in spec or "high" not in spec or spec["low"] > spec["high"]:
             raise SpaceError(f"{where}: needs numeric 'low' <= 'high'")
         if spec.get("log") and spec.get("step") is not None:
             raise SpaceError(f"{where}: 'log' and 'step' cannot be combined (Optuna refuses it)")
-        return Param(name, kind, spec["low"], spec["high"], spec.get("step"), bool(spec.get("log")))
+        return Param(name, kind, spec["low"], spec["high"], spec.get("step"), bool(spec.get("log")),
+                     when=when, min_expr=lo, max_expr=hi)
     if kind == "categorical":
         choices = spec.get("choices")
         if not isinstance(choices, list) or not choices:
             raise SpaceError(f"{where}: needs a non-empty 'choices' list")
-        return Param(name, kind, choices=tuple(choices))
-    return Param(name, kind)
+        return Param(name, kind, choices=tuple(choices), when=when, min_expr=lo, max_expr=hi)
+    return Param(name, kind, when=when)
 
 
 def _parse_rules(path: Path, items: Any) -> tuple[Rule, ...]:
@@ -161,15 +342,16 @@ def load_space_file(path: Path, common_rules: tuple[Rule, ...] | None = None) ->
     data = _read_yaml(path)
     if not isinstance(data, dict) or not isinstance(data.get("parameters"), dict):
         raise SpaceError(f"{path}: expected a mapping with a 'parameters' mapping")
-    extra = set(data) - {"name", "description", "parameters", "rules"}
+    extra = set(data) - {"name", "description", "profile", "parameters", "rules"}
     if extra:
         raise SpaceError(f"{path}: unknown key(s) {', '.join(sorted(extra))}")
     params = tuple(_parse_param(path, n, s) for n, s in data["parameters"].items())
     if common_rules is None:
         common_rules = load_rules_file()
     rules = common_rules + _parse_rules(path, data.get("rules"))
+    profile = data.get("profile")
     return SearchSpace(str(data.get("name", path.stem)), str(data.get("description", "")),
-                       params, rules)
+                       params, rules, str(profile) if profile is not None else None)
 
 
 def builtin_names() -> list[str]:

@@ -103,7 +103,13 @@ def tune(
     executor: Annotated[str, typer.Option(help="inline or ray.")] = "inline",
     parallel: Annotated[int, typer.Option(help="Trials in flight (ray executor).")] = 1,
     ray_address: Annotated[str | None, typer.Option(help="Join this Ray cluster.")] = None,
-    space: Annotated[str, typer.Option(help="Search space: built-in name or YAML file.")] = "default",
+    space: Annotated[str | None, typer.Option(
+        help="Search space: built-in name or YAML file (default: the traffic profile's, chat "
+             "or batch).")] = None,
+    sampler: Annotated[str, typer.Option(
+        help="tpe (constrained TPE), gp (Gaussian process, small budgets; needs torch), "
+             "random, or grid (max_num_seqs x max_num_batched_tokens, like vLLM's auto-tune "
+             "script).")] = "tpe",
     trials: Annotated[int, typer.Option(help="Trials to measure, baselines included.")] = 30,
     seed: Annotated[int, typer.Option(help="Sampler and replay seed.")] = 0,
     max_scale: Annotated[float, typer.Option(help="Highest rate multiplier tried.")] = 1024.0,
@@ -123,8 +129,9 @@ def tune(
     from autotune.deployment import DeploymentSpec
     from autotune.executors import load_executor
     from autotune.records import CapacitySearch
+    from autotune.samplers import make_sampler
     from autotune.slo import parse_slo
-    from autotune.space import load_search_space
+    from autotune.space import deployment_space, space_name_for
     from autotune.storage import repo
     from autotune.storage.db import session_scope
     from autotune.study import CampaignRequest, StudyController
@@ -144,7 +151,8 @@ def tune(
     spec = DeploymentSpec.build(name=deployment, model=model, gpu=gpu, gpu_count=gpus,
                                 tensor_parallel_size=tp or gpus, max_model_len=max_model_len,
                                 traffic_profile=traffic)
-    load_search_space(space)
+    space_name = space_name_for(spec, space)
+    make_sampler(sampler, deployment_space(space_name, spec), seed=seed)  # refuse bad input now
     trace_path = trace or DEMO_TRACE
     loaded = load_trace(trace_path)
     exec_options: dict[str, object] = {}
@@ -176,8 +184,8 @@ def tune(
         s.rollback()  # only a check here; the controller writes it
     request = CampaignRequest(deployment=spec, campaign=campaign, slo=slo_parsed, trace=loaded,
                               trace_ref=str(Path(trace_path).resolve()), backend=backend,
-                              executor=executor, parallel=parallel, search_space=space,
-                              max_trials=trials, seed=seed,
+                              executor=executor, parallel=parallel, search_space=space_name,
+                              sampler=sampler, max_trials=trials, seed=seed,
                               search=CapacitySearch(max_scale=max_scale, bisect_steps=bisect_steps,
                                                     max_send_lag_p99_ms=max_send_lag_ms),
                               backend_options=backend_options)

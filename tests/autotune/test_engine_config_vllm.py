@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from autotune.baselines import guide_heuristic, vllm_defaults
-from autotune.deployment import DEMO
+from autotune.deployment import DEMO, DeploymentSpec
 from autotune.engine_config import EngineConfig
-from autotune.space import load_search_space
+from autotune.space import deployment_space, load_search_space
+from search_spaces._schema import builtin_names
 from tests.conftest import engine_python
 
 pytestmark = pytest.mark.integration
@@ -41,14 +42,22 @@ print("RESULT " + json.dumps(out))
 _engine_python = engine_python
 
 
+# A dense model on 8 GPUs: the spaces' tensor / data parallel sizes are active there.
+DENSE = DeploymentSpec(name="dense", model="Llama-3.1-8B", gpu="H100-80GB", gpu_count=8,
+                       tensor_parallel_size=8, max_model_len=8192)
+
+
 def _configs() -> list[EngineConfig]:
-    """Every value of every parameter of the default space, plus the baselines."""
-    space = load_search_space("default")
+    """Every value of every parameter of every built-in space (conditional ones included, bound
+    to a MoE and a dense deployment), plus the baselines."""
     configs = [vllm_defaults(DEMO), guide_heuristic(DEMO)]
     base = guide_heuristic(DEMO)
-    for p in space.params:
-        for value in p.grid() if p.type != "int" else (int(p.low), int(p.high), 100):
-            configs.append(base.merged(**{p.name: value}))
+    for name in builtin_names():
+        for dep in (DEMO, DENSE):
+            for p in deployment_space(name, dep).params:
+                for value in p.grid() if p.type != "int" else (int(p.low), int(p.high), 100):
+                    configs.append(base.merged(**{p.name: value}))
+    space = load_search_space("chat")
     bools = [p.name for p in space.params if p.type == "bool"]
     for combo in itertools.product((True, False), repeat=len(bools)):
         configs.append(base.merged(**dict(zip(bools, combo, strict=True))))

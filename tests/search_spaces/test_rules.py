@@ -30,13 +30,23 @@ def test_evaluates_the_grammar(expr: str, values: dict, expected: bool) -> None:
     "__import__('os').system('true')",  # calls
     "a.real > 0",  # attribute access
     "[x for x in a]",  # comprehensions
-    "a if b else c",
     "(lambda: 1)()",
+    "abs(a) > 1",  # only min and max may be called
+    "min(a, key=b) > 1",
     "a[0] > 1",
 ])
 def test_refuses_anything_beyond_the_grammar(expr: str) -> None:
     with pytest.raises(RuleError, match="not allowed"):
         rule(expr)
+
+
+def test_bounds_grammar_conditional_and_min_max() -> None:
+    from search_spaces._rules import Expr
+
+    e = Expr("min(1024, max_model_len // 8) if gpu_memory_gib >= 70 else 256")
+    assert e.value({"max_model_len": 4096, "gpu_memory_gib": 140}) == 512
+    assert e.value({"max_model_len": 4096, "gpu_memory_gib": 40}) == 256
+    assert e.names == {"max_model_len", "gpu_memory_gib"}  # min is a function, not a value
 
 
 def test_syntax_error_names_the_rule() -> None:

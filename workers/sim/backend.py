@@ -19,9 +19,6 @@ from workers.sim.perf import EngineShape, PerfModel, StartFailure
 from workers.sim.profile import Profile, find_profile, load_profile, save_profile
 from workers.sim.scheduler import simulate
 
-# Engine arguments vLLM resolves itself when they are not given (besides the baselines' ones).
-_IMPLICIT = {"long_prefill_token_threshold": 0, "kv_cache_dtype": "auto", "enforce_eager": False}
-
 
 def _check_args(values: dict[str, Any], device: str) -> None:
     """The start-up checks vLLM itself makes, with the failure class a real start would get."""
@@ -39,14 +36,54 @@ def _check_args(values: dict[str, Any], device: str) -> None:
         raise StartFailure("the CPU backend has no fp8 KV cache", "invalid_args")
 
 
+def _check_parallel(values: dict[str, Any], deployment: DeploymentSpec) -> None:
+    gpus = values["tensor_parallel_size"] * values["data_parallel_size"]
+    if gpus > deployment.gpu_count:
+        raise StartFailure(f"tensor x data parallel size needs {gpus} GPUs; the deployment has "
+                           f"{deployment.gpu_count}", "invalid_args")
+    if values["data_parallel_size"] > 1 and deployment.model_info.num_experts:
+        # vLLM's DP couples the replicas of an MoE model (lockstep MoE layers, experts sharded
+        # over DP x TP): the simulator's independent replicas would overstate it.
+        raise StartFailure("the simulator models data parallelism as independent replicas, "
+                           "which vLLM's data-parallel MoE engines are not; not simulated",
+                           "invalid_args")
+
+
 def engine_shape(config: EngineConfig, deployment: DeploymentSpec) -> EngineShape:
-    values = {**_IMPLICIT, **effective_values(config, deployment)}
+    values = effective_values(config, deployment)
     try:
         _check_args(values, deployment.gpu_info.device)
+        _check_parallel(values, deployment)
     except StartFailure as exc:
         raise EngineStartError(f"simulated engine failed to start: {exc}",
                                exc.failure_class) from None
     return EngineShape(**{f: values[f] for f in EngineShape.__dataclass_fields__})
+
+
+def _merge(parts: list[tuple[np.ndarray, ReplayResult]], n: int) -> ReplayResult:
+    """One replay's result from its replicas' (request indices, result), in request order."""
+    def per_request(name: str, dtype: Any) -> np.ndarray:
+        out = np.empty(n, dtype=dtype)
+        for idx, r in parts:
+            out[idx] = getattr(r, name)
+        return out
+
+    stats: dict[str, float] = {}
+    for _, r in parts:
+        for k, v in r.engine_stats.items():
+            stats[k] = stats.get(k, 0.0) + v
+    queue = per_request("queue_s", float) if all(r.queue_s is not None for _, r in parts) else None
+    return ReplayResult(
+        scheduled_s=per_request("scheduled_s", float), ttft_s=per_request("ttft_s", float),
+        e2e_s=per_request("e2e_s", float),
+        output_tokens=per_request("output_tokens", parts[0][1].output_tokens.dtype),
+        failed=per_request("failed", bool),
+        itl_s=np.concatenate([r.itl_s for _, r in parts]),
+        itl_weight=np.concatenate([r.itl_weight for _, r in parts]),
+        # Each replica's wall time runs from its own first arrival: re-anchor on the first one.
+        wall_s=max(float(r.scheduled_s[0]) + r.wall_s for i, r in parts if len(i))
+        - min(float(r.scheduled_s[0]) for i, r in parts if len(i)),
+        engine_stats=stats, queue_s=queue)
 
 
 class SimulatorBackend(EngineBackend):
@@ -63,6 +100,7 @@ class SimulatorBackend(EngineBackend):
     def __init__(self, skip_decode_runs: bool = True, profile: str | None = None,
                  cpu_kvcache_space_gib: float = 1.0) -> None:
         self._perf: PerfModel | None = None
+        self._replicas = 1
         self.skip_decode_runs = skip_decode_runs
         self.profile_path = profile
         self.cpu_kvcache_space_gib = float(cpu_kvcache_space_gib)
@@ -78,6 +116,7 @@ class SimulatorBackend(EngineBackend):
               label: str = "engine") -> None:
         shape = engine_shape(config, deployment)
         self.start_shape(shape, deployment, self.profile_for(deployment))
+        self._replicas = int(effective_values(config, deployment)["data_parallel_size"])
 
     def start_shape(self, shape: EngineShape, deployment: DeploymentSpec, profile: Profile) -> None:
         try:
@@ -97,13 +136,25 @@ class SimulatorBackend(EngineBackend):
         arrivals = trace.arrival_s / rate_scale
         # Bounded like a real replay: whatever has not finished by then counts as failed.
         horizon = float(arrivals[-1]) + max(600.0, 4 * float(arrivals[-1]))
-        rng = np.random.default_rng(seed)
-        return simulate(self._perf, arrivals, trace.prompt_tokens, trace.output_tokens,
-                        trace.hash_ids, trace.hash_block_tokens, rng, horizon,
-                        skip_decode_runs=self.skip_decode_runs)
+        if self._replicas == 1:
+            return simulate(self._perf, arrivals, trace.prompt_tokens, trace.output_tokens,
+                            trace.hash_ids, trace.hash_block_tokens, np.random.default_rng(seed),
+                            horizon, skip_decode_runs=self.skip_decode_runs)
+        # Data parallelism: independent engines (each with its own KV and prefix cache) behind
+        # a round-robin balancer, an approximation of vLLM's load-aware one (dense models).
+        parts = []
+        for replica in range(self._replicas):
+            idx = np.arange(replica, len(arrivals), self._replicas)
+            parts.append((idx, simulate(
+                self._perf, arrivals[idx], trace.prompt_tokens[idx], trace.output_tokens[idx],
+                tuple(trace.hash_ids[i] for i in idx), trace.hash_block_tokens,
+                np.random.default_rng([seed, replica]), horizon,
+                skip_decode_runs=self.skip_decode_runs)))
+        return _merge(parts, len(arrivals))
 
     def stop(self) -> None:
         self._perf = None
+        self._replicas = 1
 
     @classmethod
     def calibrate(cls, measurements: list[Measurement], deployment: DeploymentSpec, *,

@@ -1,0 +1,102 @@
+"""Samplers by flag: each runs a tiny campaign on the simulator; the grid is vLLM's two axes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+import sqlalchemy as sa
+
+from autotune.deployment import DEMO
+from autotune.errors import ConfigError
+from autotune.executors import InlineExecutor
+from autotune.records import CapacitySearch
+from autotune.samplers import GRID_PARAMS, SAMPLERS, make_sampler
+from autotune.slo import parse_slo
+from autotune.space import deployment_space
+from autotune.storage.db import open_database, session_scope
+from autotune.storage.models import Campaign
+from autotune.study import CampaignRequest, StudyController
+from autotune.traffic.trace import DEMO_TRACE, load_trace
+from tests.conftest import run_cli
+
+TINY = load_trace(DEMO_TRACE).slice(0, 120)
+EXPECTED = {"tpe": optuna.samplers.TPESampler, "gp": optuna.samplers.GPSampler,
+            "random": optuna.samplers.RandomSampler, "grid": optuna.samplers.GridSampler}
+
+
+def _campaign(url: str, sampler: str, trials: int = 4
+              ) -> tuple[Campaign, optuna.Study, optuna.samplers.BaseSampler]:
+    request = CampaignRequest(deployment=DEMO, campaign=f"s-{sampler}", slo=parse_slo(
+        "ttft_p99<=2s,tpot_p99<=50ms"), trace=TINY, trace_ref="tiny", search_space="chat",
+        sampler=sampler, max_trials=trials, seed=3,
+        search=CapacitySearch(max_scale=32.0, bisect_steps=1))
+    engine = open_database(url)
+    controller = StudyController(engine, url, request, InlineExecutor())
+    campaign_id = controller.run()
+    with session_scope(engine) as s:
+        c = s.get(Campaign, campaign_id)
+        assert c is not None
+        _ = [t.engine_config for t in c.trials]
+    engine.dispose()
+    return c, optuna.load_study(study_name=request.study_name, storage=url), controller.plan.sampler
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_each_sampler_runs_a_campaign(migrated_sqlite: str, sampler: str) -> None:
+    c, study, used = _campaign(migrated_sqlite, sampler)
+    assert c.status == "completed"
+    assert isinstance(used, EXPECTED[sampler]) and study.user_attrs["sampler"] == sampler
+    measured = [t for t in c.trials if t.state != "rejected"]
+    assert len(measured) == 4 and any(t.role == "proposed" for t in measured)
+    # Infeasible configs are completed trials with constraints, never a silent FAIL.
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
+    assert all(t.constraints for t in study.trials)
+
+
+def test_grid_proposals_vary_only_seqs_and_tokens(migrated_sqlite: str) -> None:
+    c, _, _ = _campaign(migrated_sqlite, "grid", trials=5)
+    proposed = [t.engine_config for t in c.trials if t.role == "proposed"]
+    assert proposed
+    for config in proposed:  # everything else is left to vLLM's defaults
+        assert set(config) == {"max_model_len", "tensor_parallel_size", *GRID_PARAMS}
+
+
+def test_the_grid_is_the_spaces_two_axes() -> None:
+    plan = make_sampler("grid", deployment_space("chat", DEMO), seed=0)
+    assert plan.space.param_names == GRID_PARAMS
+    assert plan.space.param("max_num_seqs").grid() == (16, 32, 64, 128, 256, 512, 1024)
+    assert plan.space.param("max_num_batched_tokens").grid() == (1024, 2048, 4096, 8192, 16384)
+    assert plan.space.rules  # rules still apply: tokens < seqs is rejected for free
+
+
+def test_gp_without_torch_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "torch" else real(name, *a))
+    with pytest.raises(ConfigError, match=r"needs PyTorch.*autotune\[gp\]"):
+        make_sampler("gp", deployment_space("chat", DEMO), seed=0)
+
+
+def test_unknown_sampler_is_one_line_exit_2(migrated_sqlite: str) -> None:
+    proc = run_cli("tune", "--trials", "3", "--sampler", "nope",
+                   env={"AUTOTUNE_DATABASE_URL": migrated_sqlite})
+    assert proc.returncode == 2, proc.stderr
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert lines == ["autotune: error: unknown sampler 'nope'; choose one of tpe, gp, random, grid"]
+    engine = sa.create_engine(migrated_sqlite)
+    with engine.connect() as conn:  # nothing written
+        assert conn.exec_driver_sql("SELECT COUNT(*) FROM autotune_campaigns").scalar_one() == 0
+    engine.dispose()
+
+
+def test_sampler_space_names_are_checked(tmp_path: Path) -> None:
+    space = tmp_path / "s.yaml"
+    space.write_text("parameters:\n  block_size: {type: categorical, choices: [16, 32]}\n")
+    from autotune.space import load_search_space
+
+    with pytest.raises(ConfigError, match="grid searches max_num_seqs x max_num_batched_tokens"):
+        make_sampler("grid", load_search_space(str(space)).bind(DEMO.rule_context()), seed=0)

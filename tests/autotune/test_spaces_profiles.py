@@ -1,0 +1,78 @@
+"""The built-in spaces: chosen by traffic profile, bound to the hardware, baselines inside."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune.baselines import BASELINES
+from autotune.deployment import DEMO, DeploymentSpec
+from autotune.errors import SearchSpaceError
+from autotune.space import deployment_space, load_search_space, space_name_for, space_params
+
+DENSE = DeploymentSpec(name="dense", model="Llama-3.1-8B", gpu="H100-80GB", gpu_count=8,
+                       tensor_parallel_size=8, max_model_len=8192, traffic_profile="batch")
+SMALL_GPU = DeploymentSpec(name="l40", model="Llama-3.1-8B", gpu="L40S", gpu_count=1,
+                           tensor_parallel_size=1, max_model_len=4096)
+CPU = DeploymentSpec(name="cpu", model="tiny-llama", gpu="cpu", gpu_count=1,
+                     tensor_parallel_size=1, max_model_len=2048)
+
+
+def test_the_traffic_profile_picks_the_space_unless_one_is_given() -> None:
+    assert space_name_for(DEMO, None) == "chat" and space_name_for(DENSE, None) == "batch"
+    assert space_name_for(DENSE, "default") == "default"
+    assert load_search_space("chat").profile == "chat"
+    assert load_search_space("batch").profile == "batch"
+
+
+def test_batch_reaches_bigger_batches_than_chat() -> None:
+    chat, batch = deployment_space("chat", DENSE), deployment_space("batch", DENSE)
+    assert max(batch.param("max_num_seqs").choices) > max(chat.param("max_num_seqs").choices)
+    assert (max(batch.param("max_num_batched_tokens").choices)
+            > max(chat.param("max_num_batched_tokens").choices))
+
+
+def test_bounds_come_from_memory_and_context() -> None:
+    big, small = deployment_space("chat", DEMO), deployment_space("chat", SMALL_GPU)
+    assert max(big.param("max_num_seqs").choices) == 1024  # 140 GiB
+    assert max(small.param("max_num_seqs").choices) == 512  # 45 GiB
+    # the long-prefill cap never exceeds half the context
+    assert max(small.param("long_prefill_token_threshold").choices) == 2048
+    assert max(big.param("long_prefill_token_threshold").choices) == 4096
+    assert max(small.param("max_num_batched_tokens").choices) == 16384
+
+
+def test_parallel_layout_only_where_the_simulator_models_it() -> None:
+    dense, moe = deployment_space("chat", DENSE), deployment_space("chat", DEMO)
+    assert all(dense.is_active(dense.param(n), {})
+               for n in ("tensor_parallel_size", "data_parallel_size"))
+    # DeepSeek-V4 is MoE: vLLM couples its DP replicas, the simulator does not model that.
+    assert not any(moe.is_active(moe.param(n), {})
+                   for n in ("tensor_parallel_size", "data_parallel_size"))
+    cpu, gpu = deployment_space("chat", CPU), deployment_space("chat", DEMO)
+    assert not cpu.is_active(cpu.param("kv_cache_dtype"), {})  # no fp8 KV on the CPU build
+    assert gpu.is_active(gpu.param("kv_cache_dtype"), {})
+
+
+@pytest.mark.parametrize("space", ["chat", "batch", "default"])
+@pytest.mark.parametrize("dep", [DEMO, DENSE, SMALL_GPU, CPU], ids=lambda d: d.name)
+def test_every_baseline_lies_inside_every_builtin_space(space: str, dep: DeploymentSpec) -> None:
+    bound = deployment_space(space, dep)
+    for role, make in BASELINES.items():
+        params = space_params(bound, make(dep), dep)
+        assert params, role
+
+
+@pytest.mark.parametrize("arg, reason", [
+    ("preemption_mode", "always preempts by recompute"),
+    ("swap_space", "no CPU swap space"),
+    ("max_num_partial_prefills", "partial-prefill limits were removed"),
+    ("max_long_partial_prefills", "partial-prefill limits were removed"),
+])
+def test_removed_args_in_a_space_are_refused_with_the_reason(tmp_path: Path, arg: str,
+                                                             reason: str) -> None:
+    path = tmp_path / "old.yaml"
+    path.write_text(f"parameters:\n  {arg}: {{type: categorical, choices: [1, 2]}}\n")
+    with pytest.raises(SearchSpaceError, match=f"{arg}' no longer exists in vLLM.*{reason}"):
+        load_search_space(str(path))
