@@ -64,6 +64,9 @@ class Settings(BaseSettings):
     database_url: str = "sqlite:///autotune.db"
     # None starts a local Ray; "auto" or "ray://host:10001" joins a cluster.
     ray_address: str | None = None
+    # Logical GPUs a local Ray declares for the simulator (default: --parallel x TP), e.g. to
+    # try a campaign on a cluster smaller than its parallelism.
+    ray_logical_gpus: int | None = Field(default=None, ge=1)
     api: ApiSettings = ApiSettings()
     engine: EngineSettings = EngineSettings()
     sim: SimSettings = SimSettings()

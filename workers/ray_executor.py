@@ -3,7 +3,12 @@
 Ray's resource accounting is what keeps two engines off one GPU: an actor asks for
 `num_gpus = tensor_parallel_size`, and Ray sets CUDA_VISIBLE_DEVICES to the GPUs it grants.
 On a machine without GPUs (the simulator, a laptop) a local Ray is started with logical GPUs,
-`slots * gpus_per_trial` of them; with `address` it joins an existing cluster instead.
+`slots * gpus_per_trial` of them unless `logical_gpu_count` says otherwise; with `address` it
+joins an existing cluster instead.
+
+A worker process or node lost mid-trial (RayActorError, a worker crash) comes back as an
+"infrastructure" outcome; the study controller runs that trial once more in a fresh actor,
+wherever Ray places it, and counts only a config's own failures against it.
 """
 
 from __future__ import annotations
@@ -56,9 +61,11 @@ class RayExecutor(Executor):
     name = "ray"
 
     def __init__(self, address: str | None = None, num_cpus: int | None = None,
-                 logical_gpus: bool = True, **options: object) -> None:
+                 logical_gpus: bool = True, logical_gpu_count: int | None = None,
+                 **options: object) -> None:
         super().__init__(**options)
         self.address, self.num_cpus, self.logical_gpus = address, num_cpus, logical_gpus
+        self.logical_gpu_count = logical_gpu_count
         self._started_ray = False
         self._running: dict[Any, tuple[TrialSpec, Any]] = {}
 
@@ -76,7 +83,7 @@ class RayExecutor(Executor):
                 kwargs["_node_ip_address"] = "127.0.0.1"
                 kwargs["num_cpus"] = self.num_cpus or os.cpu_count() or 1
                 if self.logical_gpus:
-                    kwargs["num_gpus"] = slots * gpus_per_trial
+                    kwargs["num_gpus"] = self.logical_gpu_count or slots * gpus_per_trial
             try:
                 ray.init(**kwargs)
             except (ConnectionError, RuntimeError, ValueError) as exc:

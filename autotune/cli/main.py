@@ -149,7 +149,8 @@ def tune(
     if executor == "ray":
         # Logical GPUs only stand in for real ones when no real engine needs them.
         exec_options = {"address": ray_address or settings.ray_address,
-                        "logical_gpus": backend == "sim"}
+                        "logical_gpus": backend == "sim",
+                        "logical_gpu_count": settings.ray_logical_gpus}
     runner = load_executor(executor, **exec_options)
     from autotune.backends import available_backends
 
