@@ -48,8 +48,8 @@ def wait_gone(mark: str, timeout_s: float = 30) -> dict[int, str]:
     return left
 
 
-@pytest.fixture
-def mark() -> Iterator[str]:
+@pytest.fixture(name="mark")
+def mark_fixture() -> Iterator[str]:
     """A mark for this test's processes; the test fails if any outlives it."""
     value = uuid.uuid4().hex
     yield value
