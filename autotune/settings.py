@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, model_validator
+from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -50,6 +50,9 @@ class SimSettings(BaseModel):
     # Profiles fitted by `autotune sim calibrate` are saved here, and found before the bundled
     # defaults when a simulated engine starts.
     profile_dir: str = "runs/sim-profiles"
+    # Wall-clock seconds each simulated replay takes at least, so a simulated campaign can be
+    # paced like a real one (demos, and the resume and Ray tests that kill jobs mid-trial).
+    replay_delay_s: float = Field(default=0.0, ge=0)
 
 
 class Settings(BaseSettings):
@@ -61,10 +64,16 @@ class Settings(BaseSettings):
     database_url: str = "sqlite:///autotune.db"
     # None starts a local Ray; "auto" or "ray://host:10001" joins a cluster.
     ray_address: str | None = None
+    # Logical GPUs a local Ray declares for the simulator (default: --parallel x TP), e.g. to
+    # try a campaign on a cluster smaller than its parallelism.
+    ray_logical_gpus: int | None = Field(default=None, ge=1)
     api: ApiSettings = ApiSettings()
     engine: EngineSettings = EngineSettings()
     sim: SimSettings = SimSettings()
     log_level: str = "WARNING"  # per-trial lines are INFO
+    # A tuning job renews its hold on a campaign every third of this; a job whose hold has not
+    # moved for this long is taken for dead, and `autotune tune` resumes its campaign.
+    campaign_lease_s: float = Field(default=30.0, gt=0)
 
 
 def get_settings() -> Settings:

@@ -20,6 +20,7 @@ import optuna
 from optuna.trial import Trial as OptunaTrial
 from sqlalchemy import Engine
 
+from autotune import resume
 from autotune.baselines import BASELINES, deployment_args
 from autotune.deployment import DeploymentSpec
 from autotune.engine_config import EngineConfig
@@ -120,8 +121,10 @@ def _base_config(role: str, dep: DeploymentSpec) -> EngineConfig:
 class StudyController:
     def __init__(self, engine: Engine, storage_url: str, request: CampaignRequest,
                  executor: Executor, observer: Observer | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, lease_s: float = 30.0) -> None:
         self.engine, self.request, self.executor = engine, request, executor
+        self.lease_s = lease_s  # how long a silent job is given before its campaign is taken
+        self._lease: resume.Lease | None = None
         self.observer = observer or Observer()
         self.space = deployment_space(request.search_space, request.deployment)
         # The sampler proposes from plan.space (the grid sampler's is two axes of this space).
@@ -139,51 +142,74 @@ class StudyController:
         self._seen: dict[tuple[tuple[str, Any], ...], TrialOutcome] = {}
 
     # -- setup -------------------------------------------------------------------------------
-    def _create_campaign(self) -> int:
-        r = self.request
-        with session_scope(self.engine) as s:
-            dep = repo.ensure_deployment(s, r.deployment)
-            campaign = Campaign(
-                deployment_id=dep.id, name=r.campaign, slo=r.slo.to_dict(), trace_ref=r.trace_ref,
-                trace_digest=r.trace.digest, backend=r.backend, executor=r.executor,
-                search_space=r.search_space, study_name=r.study_name, max_trials=r.max_trials,
-                seed=r.seed, status="running", started_at=repo.now())
-            s.add(campaign)
-            s.flush()
-            return campaign.id
-
     def _create_study(self) -> optuna.Study:
+        # load_if_exists: a resumed campaign continues its study (the sampler starts afresh).
         study = optuna.create_study(study_name=self.request.study_name, storage=self.storage,
-                                    direction="maximize", sampler=self.plan.sampler)
+                                    direction="maximize", sampler=self.plan.sampler,
+                                    load_if_exists=True)
+        earlier = study.user_attrs.get("sampler")
+        if earlier is not None and earlier != self.plan.name:  # resuming with another sampler
+            raise ConfigError(f"campaign {self.request.campaign!r} was started with --sampler "
+                              f"{earlier}; resume it with the same sampler or choose another "
+                              "--campaign name")
         study.set_user_attr("slo", str(self.request.slo))
         study.set_user_attr("sampler", self.plan.name)
         study.set_user_attr("deployment", self.request.deployment.name)
-        for role, params in self.baseline_params.items():
-            study.enqueue_trial(params, user_attrs={"role": role})
+        resume.ensure_baselines(study, self.baseline_params)
         return study
+
+    def _restore(self, study: optuna.Study, campaign_id: int) -> int:
+        """Settle what a dead job left and reload what it finished; returns the trials that
+        count against the budget so far."""
+        rows = resume.stored_trials(self.engine, campaign_id)
+        requeued = resume.repair(self.storage, study, rows)
+        for row in sorted(rows.values(), key=lambda t: t.number):
+            record = TrialRecord(
+                number=row.number, role=row.role, state=row.state, feasible=row.feasible,
+                capacity_output_tok_s=row.capacity_output_tok_s, config=dict(row.engine_config),
+                latency=row.latency, failure_class=row.failure_class,
+                failure_message=row.failure_message, constraints=dict(row.constraints),
+                repeat_of=row.repeat_of)
+            self.records.append(record)
+            self.observer.on_trial(record)
+            if row.latency_recorded_rate is not None and row.repeat_of is None:
+                self._seen.setdefault(tuple(sorted(row.engine_config.items())),
+                                      resume.outcome_of(row))
+        done = sum(1 for t in rows.values() if t.state != "rejected" and t.repeat_of is None)
+        if rows or requeued:
+            log.warning("%s: %d of %d trials already done; %d re-queued (%s)",
+                        self.request.study_name, done, self.request.max_trials, len(requeued),
+                        ", ".join(map(str, requeued)) or "none")
+        return done
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> int:
-        """Run the campaign to its budget; returns the campaign id."""
+        """Run the campaign to its budget, resuming it if a dead job left it; returns its id."""
         r = self.request
-        if r.study_name in optuna.study.get_all_study_names(self.storage):
+        t0 = self.clock()
+        claim = resume.claim_campaign(self.engine, r, self.lease_s)  # refuses a live job's
+        if claim.created and r.study_name in optuna.study.get_all_study_names(self.storage):
+            claim.abandon()
             raise ConfigError(f"an Optuna study named {r.study_name!r} already exists in this "
                               "database; choose another --campaign name")
-        t0 = self.clock()
-        # Acquire workers before writing anything: an unreachable cluster leaves no trace.
-        self.executor.open(r.parallel, r.deployment.tensor_parallel_size)
         try:
-            campaign_id = self._create_campaign()
-            study = self._create_study()
+            # Workers before the study: an unreachable cluster leaves a new campaign no trace.
+            self.executor.open(r.parallel, r.deployment.tensor_parallel_size)
         except BaseException:
-            self.executor.close()
+            claim.abandon()
             raise
-        self.observer.on_start(r)
+        self._lease = lease = claim.lease
+        lease.start()
+        campaign_id = claim.campaign_id
         in_flight: dict[int, _InFlight] = {}
-        submitted = asks = 0
         status = "failed"
         message: str | None = "interrupted"
+        study: optuna.Study | None = None
         try:
+            study = self._create_study()
+            self.observer.on_start(r)
+            submitted = self._restore(study, campaign_id)
+            asks = len(study.get_trials(deepcopy=False))
             while True:
                 while (len(in_flight) < self.executor.slots and submitted < r.max_trials
                        and asks < r.max_trials * ASKS_PER_TRIAL):
@@ -208,17 +234,22 @@ class StudyController:
             status, message = "completed", None
         except BaseException as exc:
             message = f"{type(exc).__name__}: {exc}"
-            for job in in_flight.values():  # never leave a RUNNING trial behind
-                study.tell(job.trial, state=optuna.trial.TrialState.FAIL)
+            if study is not None and not lease.lost:
+                self._requeue_in_flight(study, in_flight)
             raise
         finally:
             self.executor.close()
-            with session_scope(self.engine) as s:
-                c = s.get(Campaign, campaign_id)
-                assert c is not None
-                c.status, c.message = status, message
-                c.finished_at, c.wall_s = repo.now(), self.clock() - t0
+            lease.finish(status, message, self.clock() - t0)
         return campaign_id
+
+    def _requeue_in_flight(self, study: optuna.Study, in_flight: dict[int, _InFlight]) -> None:
+        """Never leave a RUNNING trial behind: a later `tune` runs these parameters again."""
+        for number, job in in_flight.items():
+            try:
+                resume.requeue(self.storage, study, self.storage.get_trial(job.trial._trial_id))
+            except Exception as exc:  # the database may be what failed; resume repairs it
+                log.error("%s trial %d: could not re-queue it (%s); a resume will",
+                          self.request.study_name, number, exc)
 
     def _check_health(self, outcome: TrialOutcome) -> None:
         """Stop instead of burning the budget when the setup, not a config, is what fails."""
@@ -285,13 +316,14 @@ class StudyController:
         trial.set_user_attr("feasible", False)
         trial.set_user_attr("failure_class", "rule_violation")
         trial.set_user_attr("failure_message", message)
-        study.tell(trial, 0.0)
         log.info("%s trial %d (%s): rejected without an engine: %s", self.request.study_name,
                  trial.number, role, message)
-        self._store(campaign_id, TrialRecord(
+        record = TrialRecord(
             number=trial.number, role=role, state="rejected", feasible=False,
             capacity_output_tok_s=0.0, config=config.explicit(), failure_class="rule_violation",
-            failure_message=message, constraints=constraints), capacity_rate_scale=0.0)
+            failure_message=message, constraints=constraints)
+        self._store(campaign_id, record, capacity_rate_scale=0.0)
+        self._tell(study, trial, record)
 
     def _finish(self, study: optuna.Study, campaign_id: int, job: _InFlight,
                 outcome: TrialOutcome) -> None:
@@ -312,7 +344,6 @@ class StudyController:
         if outcome.at_capacity is not None:
             for key in ("ttft_p99_ms", "tpot_p99_ms", "itl_p99_ms", "e2e_p99_ms"):
                 trial.set_user_attr(key, getattr(outcome.at_capacity, key))
-        study.tell(trial, outcome.capacity_output_tok_s if feasible else 0.0)
         if outcome.at_recorded_rate is not None:
             self._seen.setdefault(tuple(sorted(job.config.explicit().items())), outcome)
         state = "measured" if outcome.at_recorded_rate is not None else "failed"
@@ -320,16 +351,27 @@ class StudyController:
                  trial.number, job.role, state, outcome.capacity_output_tok_s,
                  f" ({outcome.failure_class})" if outcome.failure_class else "")
         latency = outcome.at_capacity or outcome.at_recorded_rate
-        self._store(campaign_id, TrialRecord(
+        record = TrialRecord(
             number=trial.number, role=job.role, state=state, feasible=feasible,
             capacity_output_tok_s=outcome.capacity_output_tok_s if feasible else 0.0,
             config=job.config.explicit(), latency=latency.model_dump() if latency else None,
             failure_class=outcome.failure_class, failure_message=outcome.failure_message,
-            constraints=constraints, repeat_of=job.repeat_of),
-            capacity_rate_scale=outcome.capacity_rate_scale, outcome=outcome)
+            constraints=constraints, repeat_of=job.repeat_of)
+        self._store(campaign_id, record, capacity_rate_scale=outcome.capacity_rate_scale,
+                    outcome=outcome)
+        self._tell(study, trial, record)
+
+    # Writes go Optuna attributes, our row, Optuna's tell: a job killed between any two is
+    # repaired on resume (resume.repair: a row without a tell is told; no row is re-queued).
+    def _tell(self, study: optuna.Study, trial: OptunaTrial, record: TrialRecord) -> None:
+        study.tell(trial, record.capacity_output_tok_s)  # 0 when infeasible
+        self.records.append(record)
+        self.observer.on_trial(record)
 
     def _store(self, campaign_id: int, record: TrialRecord, *, capacity_rate_scale: float,
                outcome: TrialOutcome | None = None) -> None:
+        if self._lease is not None:
+            self._lease.check()  # never write a result into a campaign another job has taken
         with session_scope(self.engine) as s:
             campaign = s.get(Campaign, campaign_id)
             assert campaign is not None
@@ -349,5 +391,3 @@ class StudyController:
                             if outcome and outcome.started_at_epoch_s else None),
                 worker=outcome.worker if outcome else {}, repeat_of=record.repeat_of,
                 telemetry=_finite(outcome.telemetry) if outcome else {})
-        self.records.append(record)
-        self.observer.on_trial(record)

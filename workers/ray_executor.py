@@ -3,7 +3,12 @@
 Ray's resource accounting is what keeps two engines off one GPU: an actor asks for
 `num_gpus = tensor_parallel_size`, and Ray sets CUDA_VISIBLE_DEVICES to the GPUs it grants.
 On a machine without GPUs (the simulator, a laptop) a local Ray is started with logical GPUs,
-`slots * gpus_per_trial` of them; with `address` it joins an existing cluster instead.
+`slots * gpus_per_trial` of them unless `logical_gpu_count` says otherwise; with `address` it
+joins an existing cluster instead.
+
+A worker process or node lost mid-trial (RayActorError, a worker crash) comes back as an
+"infrastructure" outcome; the study controller runs that trial once more in a fresh actor,
+wherever Ray places it, and counts only a config's own failures against it.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import socket
 from typing import Any
 
 import ray
+from ray._private import ray_constants
 from ray.exceptions import RayActorError, RayError
 
 from autotune.errors import ConfigError
@@ -29,6 +35,37 @@ class TrialActor:
 
     def run(self, spec: TrialSpec) -> TrialOutcome:
         return execute_trial(spec)
+
+
+_SINGLE_MACHINE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def _loopback_only() -> tuple[str | None, bool]:
+    """Keep a local Ray on 127.0.0.1. Ray 2.60 turns `_node_ip_address="127.0.0.1"` into the
+    machine's network address (services.resolve_ip_for_localhost) and its servers listen on
+    every interface (seen); its single-machine mode, the one it uses on macOS, binds loopback
+    only (seen). Returns what it changed, for `_restore`."""
+    before = os.environ.get(_SINGLE_MACHINE), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[_SINGLE_MACHINE] = "0"  # for the node's processes, which inherit it
+    ray_constants.ENABLE_RAY_CLUSTER = False  # this process read it when ray was imported
+    return before
+
+
+def _restore(before: tuple[str | None, bool] | None) -> None:
+    if before is None:
+        return
+    env, constant = before
+    ray_constants.ENABLE_RAY_CLUSTER = constant
+    if env is None:
+        os.environ.pop(_SINGLE_MACHINE, None)
+    else:
+        os.environ[_SINGLE_MACHINE] = env
+
+
+def _first_line(exc: BaseException) -> str:
+    """Ray's messages run to a dozen lines; the first says what happened."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 def _infra_failure(spec: TrialSpec, message: str) -> TrialOutcome:
@@ -56,10 +93,13 @@ class RayExecutor(Executor):
     name = "ray"
 
     def __init__(self, address: str | None = None, num_cpus: int | None = None,
-                 logical_gpus: bool = True, **options: object) -> None:
+                 logical_gpus: bool = True, logical_gpu_count: int | None = None,
+                 **options: object) -> None:
         super().__init__(**options)
         self.address, self.num_cpus, self.logical_gpus = address, num_cpus, logical_gpus
+        self.logical_gpu_count = logical_gpu_count
         self._started_ray = False
+        self._env_before: tuple[str | None, bool] | None = None
         self._running: dict[Any, tuple[TrialSpec, Any]] = {}
 
     def open(self, slots: int, gpus_per_trial: int) -> None:
@@ -73,13 +113,16 @@ class RayExecutor(Executor):
                 kwargs["address"] = self.address
             else:
                 # A local Ray stays on loopback rather than the machine's network address.
+                self._env_before = _loopback_only()
                 kwargs["_node_ip_address"] = "127.0.0.1"
                 kwargs["num_cpus"] = self.num_cpus or os.cpu_count() or 1
                 if self.logical_gpus:
-                    kwargs["num_gpus"] = slots * gpus_per_trial
+                    kwargs["num_gpus"] = self.logical_gpu_count or slots * gpus_per_trial
             try:
                 ray.init(**kwargs)
             except (ConnectionError, RuntimeError, ValueError) as exc:
+                _restore(self._env_before)
+                self._env_before = None
                 where = self.address or "a local Ray"
                 raise ConfigError(f"cannot start or join Ray ({where}): "
                                   f"{str(exc).strip().splitlines()[0]}; check --ray-address / "
@@ -110,9 +153,9 @@ class RayExecutor(Executor):
             except RayActorError as exc:
                 log.error("%s trial %d: Ray worker lost: %s", spec.study_name, spec.trial_number,
                           exc)
-                outcomes.append(_infra_failure(spec, f"Ray worker lost: {exc}"))
+                outcomes.append(_infra_failure(spec, f"Ray worker lost: {_first_line(exc)}"))
             except RayError as exc:
-                outcomes.append(_infra_failure(spec, f"Ray error: {exc}"))
+                outcomes.append(_infra_failure(spec, f"Ray error: {_first_line(exc)}"))
             finally:
                 ray.kill(actor)
         return outcomes
@@ -123,4 +166,6 @@ class RayExecutor(Executor):
         self._running.clear()
         if self._started_ray and ray.is_initialized():
             ray.shutdown()
+        _restore(self._env_before)
+        self._env_before = None
         self._started_ray = False

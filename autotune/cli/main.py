@@ -159,7 +159,8 @@ def tune(
     if executor == "ray":
         # Logical GPUs only stand in for real ones when no real engine needs them.
         exec_options = {"address": ray_address or settings.ray_address,
-                        "logical_gpus": backend == "sim"}
+                        "logical_gpus": backend == "sim",
+                        "logical_gpu_count": settings.ray_logical_gpus}
     runner = load_executor(executor, **exec_options)
     from autotune.backends import available_backends
 
@@ -178,8 +179,7 @@ def tune(
                               "completed; its result:")
                 print_campaign_result(console, existing, url)
                 return
-            raise ConfigError(f"campaign {campaign!r} of deployment {deployment!r} exists with "
-                              f"status {existing.status}; choose another --campaign name")
+            # Any other status: the controller resumes it, unless a live job still runs it.
         repo.ensure_deployment(s, spec)
         s.rollback()  # only a check here; the controller writes it
     request = CampaignRequest(deployment=spec, campaign=campaign, slo=slo_parsed, trace=loaded,
@@ -190,7 +190,8 @@ def tune(
                                                     max_send_lag_p99_ms=max_send_lag_ms),
                               backend_options=backend_options)
     live = LiveTrials(console)
-    controller = StudyController(engine, url, request, runner, observer=live)
+    controller = StudyController(engine, url, request, runner, observer=live,
+                                 lease_s=settings.campaign_lease_s)
     try:
         campaign_id = controller.run()
     finally:
@@ -209,7 +210,8 @@ def _backend_options(backend: str, settings: Any, model_path: str | None,
     if backend != "vllm":
         if model_path or engine_args:
             raise ConfigError("--model-path and --engine-arg are for --backend vllm")
-        return {}
+        delay = settings.sim.replay_delay_s
+        return {"replay_delay_s": delay} if backend == "sim" and delay else {}
     if not model_path:
         raise ConfigError("--backend vllm needs --model-path (a local model directory, e.g. one "
                           "made by `autotune models make-tiny DIR`, or a model id)")

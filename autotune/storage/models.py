@@ -52,6 +52,12 @@ class Campaign(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     wall_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # The job running the campaign (autotune.resume.Lease): its token, and a counter it bumps
+    # every heartbeat. A counter that stops moving means the job is dead; no clocks compared.
+    lease_owner: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    lease_renewals: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    lease_heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True),
+                                                                nullable=True)
 
     deployment: Mapped[Deployment] = relationship(back_populates="campaigns")
     trials: Mapped[list[Trial]] = relationship(back_populates="campaign",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -92,18 +93,21 @@ class SimulatorBackend(EngineBackend):
     Options: `profile` (a profile file; default: the newest calibrated one for the deployment's
     GPU and model, else the bundled default), `cpu_kvcache_space_gib` (the CPU build's KV space,
     as the `vllm` backend sets VLLM_CPU_KVCACHE_SPACE), `skip_decode_runs` (False: step through
-    every engine step; the reference the fast path is checked against).
+    every engine step; the reference the fast path is checked against), `replay_delay_s` (each
+    replay takes at least this many wall-clock seconds: paces a simulated campaign like a real
+    one, for demos and for tests that kill a job mid-trial; AUTOTUNE_SIM__REPLAY_DELAY_S).
     """
 
     name = "sim"
 
     def __init__(self, skip_decode_runs: bool = True, profile: str | None = None,
-                 cpu_kvcache_space_gib: float = 1.0) -> None:
+                 cpu_kvcache_space_gib: float = 1.0, replay_delay_s: float = 0.0) -> None:
         self._perf: PerfModel | None = None
         self._replicas = 1
         self.skip_decode_runs = skip_decode_runs
         self.profile_path = profile
         self.cpu_kvcache_space_gib = float(cpu_kvcache_space_gib)
+        self.replay_delay_s = float(replay_delay_s)
 
     def profile_for(self, deployment: DeploymentSpec) -> Profile:
         if self.profile_path:
@@ -136,21 +140,25 @@ class SimulatorBackend(EngineBackend):
         arrivals = trace.arrival_s / rate_scale
         # Bounded like a real replay: whatever has not finished by then counts as failed.
         horizon = float(arrivals[-1]) + max(600.0, 4 * float(arrivals[-1]))
+        deadline = time.monotonic() + self.replay_delay_s
         if self._replicas == 1:
-            return simulate(self._perf, arrivals, trace.prompt_tokens, trace.output_tokens,
-                            trace.hash_ids, trace.hash_block_tokens, np.random.default_rng(seed),
-                            horizon, skip_decode_runs=self.skip_decode_runs)
-        # Data parallelism: independent engines (each with its own KV and prefix cache) behind
-        # a round-robin balancer, an approximation of vLLM's load-aware one (dense models).
-        parts = []
-        for replica in range(self._replicas):
-            idx = np.arange(replica, len(arrivals), self._replicas)
-            parts.append((idx, simulate(
-                self._perf, arrivals[idx], trace.prompt_tokens[idx], trace.output_tokens[idx],
-                tuple(trace.hash_ids[i] for i in idx), trace.hash_block_tokens,
-                np.random.default_rng([seed, replica]), horizon,
-                skip_decode_runs=self.skip_decode_runs)))
-        return _merge(parts, len(arrivals))
+            result = simulate(self._perf, arrivals, trace.prompt_tokens, trace.output_tokens,
+                              trace.hash_ids, trace.hash_block_tokens, np.random.default_rng(seed),
+                              horizon, skip_decode_runs=self.skip_decode_runs)
+        else:
+            # Data parallelism: independent engines (each with its own KV and prefix cache)
+            # behind a round-robin balancer, an approximation of vLLM's load-aware one.
+            parts = []
+            for replica in range(self._replicas):
+                idx = np.arange(replica, len(arrivals), self._replicas)
+                parts.append((idx, simulate(
+                    self._perf, arrivals[idx], trace.prompt_tokens[idx], trace.output_tokens[idx],
+                    tuple(trace.hash_ids[i] for i in idx), trace.hash_block_tokens,
+                    np.random.default_rng([seed, replica]), horizon,
+                    skip_decode_runs=self.skip_decode_runs)))
+            result = _merge(parts, len(arrivals))
+        time.sleep(max(0.0, deadline - time.monotonic()))  # replay_delay_s: see the class doc
+        return result
 
     def stop(self) -> None:
         self._perf = None

@@ -1,7 +1,8 @@
 """Real measurements for judging the simulator: CPU-build vLLM engines serving the tiny model.
 
 Used by `benchmarks/sim_fidelity.py` and the calibration integration test, so both measure the
-same way: one engine per config, warmed up, the same trace replayed at each rate multiplier.
+same way: one engine per config, warmed up and then run through the trace once unmeasured (the
+CPU build specialises kernels per shape for a while), then the same trace at each multiplier.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def measure_real(configs: Sequence[dict[str, object]], trace: Trace, engine_pyth
         try:
             backend.start(config, CPU, label=f"fidelity{i}")
             backend.warmup(trace, 0)
+            backend.replay(trace, scales[0], 1)  # discarded: the steady state is what is compared
             for scale in scales:
                 s = summarize(backend.replay(trace, scale, 0))
                 found.append(Measurement(config=config, deployment=CPU, trace=trace,
