@@ -105,7 +105,9 @@ def calibrate(measurements: Sequence[Measurement], base: Profile, *,
                 count += 1
         return total / max(count, 1)
 
+    loss_before = loss(x0)
     x, evals = nelder_mead(loss, x0, max_evals=max_evals)
+    loss_after = loss(x)
     fitted = profile_at(x).with_coefficients(noise_cv=base.coefficients.noise_cv)
     before = relative_errors(measurements, quiet)
     after = relative_errors(measurements, fitted.with_coefficients(noise_cv=0.0))
@@ -114,6 +116,7 @@ def calibrate(measurements: Sequence[Measurement], base: Profile, *,
                      coefficients=fitted.coefficients,
                      fit={"measurements": len(measurements), "evaluations": evals,
                           "coefficients_fitted": list(coefficients),
+                          "loss_before": loss_before, "loss_after": loss_after,
                           "mean_relative_error_before": before,
                           "mean_relative_error_after": after})
     return fitted, before, after, evals
