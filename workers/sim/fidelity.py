@@ -22,7 +22,7 @@ from workers.vllm.backend import VllmBackend
 
 CPU = DeploymentSpec(name="fidelity", model="tiny-llama", gpu="cpu", gpu_count=1,
                      tensor_parallel_size=1, max_model_len=2048)
-SCALES = (1.0, 3.0)
+SCALES = (1.5, 4.0)
 OBSERVED = ("output_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms")
 
 
