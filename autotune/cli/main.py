@@ -122,8 +122,15 @@ def tune(
     engine_arg: Annotated[list[str] | None, typer.Option(
         help="vllm backend: an extra server argument, e.g. --engine-arg=--load-format=dummy "
              "(repeatable).")] = None,
+    confirm_top: Annotated[int, typer.Option(
+        help="Confirm the best K feasible configs after the search (0: publish the best single "
+             "measurement).")] = 3,
+    confirm_repeats: Annotated[int, typer.Option(
+        help="Re-runs per confirmed config, each with another arrival seed (at least 2).")] = 3,
 ) -> None:
-    """Run a tuning campaign (defaults: the demo deployment on the simulator)."""
+    """Run a tuning campaign (defaults: the demo deployment on the simulator). The best configs
+    are then confirmed: re-run with other arrival seeds, the winner is the one with the best 90%
+    lower confidence bound on capacity."""
     from autotune.cli.render import LiveTrials
     from autotune.cli.report import print_campaign_result
     from autotune.deployment import DeploymentSpec
@@ -148,6 +155,7 @@ def tune(
     if max_scale < 1 or bisect_steps < 0:
         raise ConfigError("--max-scale must be at least 1 and --bisect-steps at least 0")
     backend_options = _backend_options(backend, settings, model_path, engine_arg or [])
+    plan = confirm_plan(confirm_top, confirm_repeats, seed)
     spec = DeploymentSpec.build(name=deployment, model=model, gpu=gpu, gpu_count=gpus,
                                 tensor_parallel_size=tp or gpus, max_model_len=max_model_len,
                                 traffic_profile=traffic)
@@ -188,7 +196,7 @@ def tune(
                               sampler=sampler, max_trials=trials, seed=seed,
                               search=CapacitySearch(max_scale=max_scale, bisect_steps=bisect_steps,
                                                     max_send_lag_p99_ms=max_send_lag_ms),
-                              backend_options=backend_options)
+                              backend_options=backend_options, confirm=plan)
     live = LiveTrials(console)
     controller = StudyController(engine, url, request, runner, observer=live,
                                  lease_s=settings.campaign_lease_s)
@@ -202,6 +210,18 @@ def tune(
         result = s.get(Campaign, campaign_id)
         assert result is not None
         print_campaign_result(console, result, url)
+
+
+def confirm_plan(top: int, repeats: int, seed: int) -> Any:
+    """The confirmation plan of --confirm-top/--confirm-repeats (None: no confirmation)."""
+    from autotune.confirm import ConfirmPlan
+
+    if top < 0:
+        raise ConfigError("--confirm-top must be 0 (no confirmation) or more")
+    if top and repeats < 2:
+        raise ConfigError("--confirm-repeats must be at least 2: one run gives no spread, so no "
+                          "confidence bound")
+    return ConfirmPlan(top=top, repeats=repeats, base_seed=seed) if top else None
 
 
 def _backend_options(backend: str, settings: Any, model_path: str | None,
