@@ -11,6 +11,8 @@ import typer
 from rich.console import Console
 
 from autotune.cli.capture import capture
+from autotune.cli.quarterly import HELP as QUARTERLY_HELP
+from autotune.cli.quarterly import quarterly
 from autotune.cli.sim import sim_app, simulate
 from autotune.cli.traffic import traffic_app
 from autotune.errors import AutotuneError, ConfigError
@@ -27,6 +29,7 @@ app.add_typer(traffic_app, name="traffic")
 app.add_typer(sim_app, name="sim")
 app.command("simulate")(simulate)
 app.command("capture")(capture)
+app.command("quarterly", help=QUARTERLY_HELP)(quarterly)
 console = Console()
 if not console.is_terminal:  # logs and CI: wide enough for the trial tables
     console = Console(width=160)
@@ -311,14 +314,17 @@ def campaigns() -> None:
 
     engine, _ = _db()
     table = Table(title="Campaigns", title_justify="left")
-    for col in ("deployment", "campaign", "status", "backend", "trials", "best tok/s", "started"):
-        table.add_column(col)
+    for col in ("deployment", "campaign", "status", "backend", "trials", "best tok/s", "GPU-h",
+                "stopped by", "started", "decision"):
+        table.add_column(col, overflow="fold")
     with session_scope(engine) as s:
         for c in repo.list_campaigns(s):
             best = repo.best_trial(c)
+            decision = f"{c.decision}: {c.decision_note}" if c.decision else "-"
             table.add_row(c.deployment.name, c.name, c.status, c.backend, str(len(c.trials)),
                           f"{best.capacity_output_tok_s:,.0f}" if best else "-",
-                          c.started_at.strftime("%Y-%m-%d %H:%M"))
+                          f"{c.gpu_hours or 0:.3g}", (c.stop_reason or "-").replace("_", " "),
+                          c.started_at.strftime("%Y-%m-%d %H:%M"), decision)
     console.print(table)
 
 
