@@ -56,6 +56,22 @@ class Health(BaseModel):
     detail: str | None = None
 
 
+class ConfirmationView(BaseModel):
+    """One config's confirmation runs: capacity per arrival seed, mean, sd, CV and the one-sided
+    90% lower confidence bound the winner is chosen by."""
+
+    trial: int
+    role: str
+    seeds: list[int]
+    samples: list[float | None]
+    n: int
+    mean_output_tok_s: float
+    std_output_tok_s: float
+    cv: float | None
+    lcb_output_tok_s: float
+    winner: bool
+
+
 class CampaignSummary(BaseModel):
     id: int
     deployment: str
@@ -73,6 +89,18 @@ class CampaignSummary(BaseModel):
     started_at: str
     finished_at: str | None
     wall_s: float | None
+    period: str | None = Field(None, description="The quarter of a `quarterly` campaign.")
+    gpu_hours: float = Field(0.0, description="Spent: engine wall time x GPUs, trials and "
+                                              "confirmation runs.")
+    budget: dict[str, Any] | None = Field(None, description="max_trials, max_gpu_hours, "
+                                                            "deadline, as asked.")
+    stop_reason: str | None = Field(None, description="max_trials, max_gpu_hours or deadline.")
+    winner_trial: int | None = Field(None, description="The confirmed winner (best lower "
+                                                       "confidence bound), else best_trial.")
+    confirmations: list[ConfirmationView] = []
+    decision: str | None = Field(None, description="The quarterly job's: published, "
+                                                   "kept_incumbent or no_feasible.")
+    decision_note: str | None = Field(None, description="Why it was decided so.")
 
 
 class CampaignList(BaseModel):

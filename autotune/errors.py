@@ -5,6 +5,8 @@ the API turns it into one JSON error shape.
 
     AutotuneError
     ├── ConfigError          bad flag, setting or SLO string
+    │   ├── CampaignBusyError    another live job runs the campaign
+    │   └── InfrastructureError  the workers or the cluster fail, not the configs
     ├── SearchSpaceError     unknown parameter, bad rule, malformed space file
     ├── TraceError           missing or malformed trace
     ├── StorageError         database unreachable or not migrated
@@ -23,6 +25,15 @@ class AutotuneError(Exception):
 
 class ConfigError(AutotuneError):
     pass
+
+
+class CampaignBusyError(ConfigError):
+    """Another live job holds the campaign's lease (`autotune quarterly` exits 3)."""
+
+
+class InfrastructureError(ConfigError):
+    """The cluster or the workers failed, not a config (`autotune quarterly` exits 5). A
+    ConfigError for the other commands, which exit 2 on any error."""
 
 
 class SearchSpaceError(AutotuneError):

@@ -1,4 +1,6 @@
-"""Publication: a campaign's winner becomes its deployment's current config."""
+"""Publication: a campaign's winner becomes its deployment's current config. The winner is the
+confirmed one (best lower confidence bound, autotune.confirm) where the campaign was confirmed,
+else its best single measurement."""
 
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ def publish_campaign(session: Session, campaign_name: str, *, deployment: str | 
         raise ConfigError(f"campaign {campaign.name!r} is {campaign.status}, not completed; "
                           "publish only a finished campaign")
     if trial_number is None:
-        trial = repo.best_trial(campaign)
+        trial = repo.winner_trial(campaign)  # the confirmed winner where confirmation ran
         if trial is None:
             raise NotFoundError(f"campaign {campaign.name!r} has no feasible trial to publish; "
                                 "loosen the SLO or widen the search space and tune again")

@@ -38,7 +38,7 @@ from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy import Engine, select, update
 from sqlalchemy.exc import IntegrityError
 
-from autotune.errors import ConfigError, StorageError
+from autotune.errors import CampaignBusyError, ConfigError, StorageError
 from autotune.records import LatencySummary, TrialOutcome
 from autotune.storage import repo
 from autotune.storage.db import session_scope
@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("autotune.resume")
 RETRY_OF = "autotune:retry_of"
 REQUEUED_AS = "autotune:requeued_as"
+ENGINE_CONFIG = "engine_config"  # user attr: the exact config an enqueued reference runs
+ENQUEUE_TAG = "enqueue_tag"  # user attr: which reference it is, so none is enqueued twice
 # What a resumed job must share with the dead one; the executor and parallelism may change.
 _SAME = ("trace_digest", "backend", "search_space", "max_trials", "seed")
 
@@ -211,9 +213,9 @@ def claim_campaign(engine: Engine, request: CampaignRequest, lease_s: float) -> 
             now = s.get(Campaign, c_id)
             holder = now.lease_owner if now is not None else None
         who = f"another live job ({holder})" if holder else "another job that has just let go"
-        raise ConfigError(f"campaign {request.campaign!r} of deployment "
-                          f"{request.deployment.name!r} is being run by {who}; wait for it to "
-                          "finish or stop it, then run this again")
+        raise CampaignBusyError(f"campaign {request.campaign!r} of deployment "
+                                f"{request.deployment.name!r} is being run by {who}; wait for it "
+                                "to finish or stop it, then run this again")
     log.warning("%s: resuming the campaign (previous job %s)", request.study_name,
                 seen[0] or "stopped")
     return Claim(c_id, Lease(engine, c_id, owner, lease_s), created=False)
@@ -228,6 +230,18 @@ def ensure_baselines(study: optuna.Study, baseline_params: dict[str, dict[str, A
             study.enqueue_trial(params, user_attrs={"role": role})
 
 
+def ensure_references(study: optuna.Study,
+                      references: list[tuple[str, str, dict[str, Any], dict[str, Any]]]) -> None:
+    """Enqueue the (tag, role, params, exact config) references a study does not hold yet: the
+    incumbent and the warm starts. Their exact config rides along as a user attribute, so a
+    setting the space does not tune is kept too."""
+    tags = {t.user_attrs.get(ENQUEUE_TAG) for t in study.get_trials(deepcopy=False)}
+    for tag, role, params, config in references:
+        if tag not in tags:
+            study.enqueue_trial(params, user_attrs={"role": role, ENQUEUE_TAG: tag,
+                                                    ENGINE_CONFIG: config})
+
+
 def requeue(storage: BaseStorage, study: optuna.Study, trial: FrozenTrial) -> int:
     """Fail a trial that never finished, its parameters enqueued again first (or found
     enqueued by an earlier, interrupted requeue); returns the new trial's number."""
@@ -240,7 +254,10 @@ def requeue(storage: BaseStorage, study: optuna.Study, trial: FrozenTrial) -> in
             state=TrialState.WAITING, system_attrs={"fixed_params": params,
                                                     RETRY_OF: trial.number},
             user_attrs={"role": trial.user_attrs.get("role", "proposed"),
-                        "retry_of": trial.number})
+                        "retry_of": trial.number,
+                        # A warm start's or the incumbent's exact config (see study._ask).
+                        **{k: trial.user_attrs[k] for k in (ENGINE_CONFIG,)
+                           if k in trial.user_attrs}})
         study_id = storage.get_study_id_from_name(study.study_name)
         new_id = storage.create_new_trial(study_id, template_trial=template)
         number = storage.get_trial_number_from_id(new_id)

@@ -1,9 +1,12 @@
 """The study controller: Optuna ask/tell around an executor, every trial stored as it ends.
 
-Baselines (vLLM's defaults and the tuning guide's heuristic) are enqueued first. A config that
-breaks an interaction rule is told as infeasible without starting an engine. Measured configs
-run on the executor, at most `slots` at a time; each outcome is told to Optuna with its
-constraint values and written to the project's tables.
+References are enqueued first: the incumbent and warm starts (a quarterly campaign's, each
+with its exact config), then the baselines (vLLM's defaults and the tuning guide's heuristic).
+A config that breaks an interaction rule is told as infeasible without starting an engine.
+Measured configs run on the executor, at most `slots` at a time; each outcome is told to Optuna
+with its constraint values and written to the project's tables, with the GPU time it cost. The
+search stops at max_trials, or when the budget (GPU-hours, deadline) is spent; then the best
+configs are confirmed (autotune.confirm) on the same executor.
 """
 
 from __future__ import annotations
@@ -20,11 +23,13 @@ import optuna
 from optuna.trial import Trial as OptunaTrial
 from sqlalchemy import Engine
 
-from autotune import resume
+from autotune import budget as budgets
+from autotune import confirm, resume
 from autotune.baselines import BASELINES, deployment_args
+from autotune.confirm import ConfirmPlan
 from autotune.deployment import DeploymentSpec
 from autotune.engine_config import EngineConfig
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, InfrastructureError, SearchSpaceError
 from autotune.executors import Executor
 from autotune.objective import is_feasible, outcome_constraints, rejected_constraints
 from autotune.records import CapacitySearch, TrialOutcome, TrialSpec
@@ -46,6 +51,16 @@ ENGINE_FAILURES = ("oom", "invalid_args", "start_timeout", "start_failed", "engi
 
 
 @dataclass(frozen=True)
+class Reference:
+    """A config enqueued before the baselines with its exact arguments: the incumbent, or a
+    warm start from an earlier campaign. `tag` names it uniquely within the campaign."""
+
+    tag: str
+    role: str
+    config: dict[str, Any]  # EngineConfig.explicit()
+
+
+@dataclass(frozen=True)
 class CampaignRequest:
     deployment: DeploymentSpec
     campaign: str
@@ -61,6 +76,10 @@ class CampaignRequest:
     seed: int = 0
     search: CapacitySearch = field(default_factory=CapacitySearch)
     backend_options: dict[str, Any] = field(default_factory=dict)
+    budget: budgets.Budget = field(default_factory=budgets.Budget)
+    confirm: ConfirmPlan | None = None  # None: publish the best single measurement
+    references: tuple[Reference, ...] = ()
+    period: str | None = None  # the quarter of a `quarterly` campaign
 
     @property
     def study_name(self) -> str:
@@ -137,11 +156,31 @@ class StudyController:
                                                    _base_config(role, request.deployment),
                                                    request.deployment)
                                 for role in BASELINES}
+        self.reference_params = self._reference_params()
         self.records: list[TrialRecord] = []
+        self.gpu_hours = 0.0  # spent by the search so far (restored on resume)
+        self.stop_reason: str | None = None
         self._infra_in_a_row = 0
         self._seen: dict[tuple[tuple[str, Any], ...], TrialOutcome] = {}
 
     # -- setup -------------------------------------------------------------------------------
+    def _reference_params(self) -> list[tuple[str, str, dict[str, Any], dict[str, Any]]]:
+        out = []
+        for ref in self.request.references:
+            try:
+                params = space_params(self.plan.space, EngineConfig(**ref.config),
+                                      self.request.deployment)
+            except SearchSpaceError as exc:
+                if ref.role == "incumbent":  # the decision needs it measured: refuse to guess
+                    raise ConfigError(f"the incumbent config cannot be expressed in search space "
+                                      f"{self.request.search_space!r} ({exc}); tune with a "
+                                      "space that holds it") from None
+                log.warning("%s: warm start %s left out: %s", self.request.study_name, ref.tag,
+                            exc)
+                continue
+            out.append((ref.tag, ref.role, params, dict(ref.config)))
+        return out
+
     def _create_study(self) -> optuna.Study:
         # load_if_exists: a resumed campaign continues its study (the sampler starts afresh).
         study = optuna.create_study(study_name=self.request.study_name, storage=self.storage,
@@ -155,6 +194,7 @@ class StudyController:
         study.set_user_attr("slo", str(self.request.slo))
         study.set_user_attr("sampler", self.plan.name)
         study.set_user_attr("deployment", self.request.deployment.name)
+        resume.ensure_references(study, self.reference_params)  # before the baselines
         resume.ensure_baselines(study, self.baseline_params)
         return study
 
@@ -172,6 +212,7 @@ class StudyController:
                 repeat_of=row.repeat_of)
             self.records.append(record)
             self.observer.on_trial(record)
+            self.gpu_hours += row.gpu_hours
             if row.latency_recorded_rate is not None and row.repeat_of is None:
                 self._seen.setdefault(tuple(sorted(row.engine_config.items())),
                                       resume.outcome_of(row))
@@ -201,6 +242,10 @@ class StudyController:
         self._lease = lease = claim.lease
         lease.start()
         campaign_id = claim.campaign_id
+        with session_scope(self.engine) as s:  # the budget asked this time (a resume may change it)
+            row = s.get(Campaign, campaign_id)
+            assert row is not None
+            row.budget, row.period = r.budget.to_dict(r.max_trials), r.period
         in_flight: dict[int, _InFlight] = {}
         status = "failed"
         message: str | None = "interrupted"
@@ -212,7 +257,7 @@ class StudyController:
             asks = len(study.get_trials(deepcopy=False))
             while True:
                 while (len(in_flight) < self.executor.slots and submitted < r.max_trials
-                       and asks < r.max_trials * ASKS_PER_TRIAL):
+                       and asks < r.max_trials * ASKS_PER_TRIAL and not self._budget_spent()):
                     asks += 1
                     job = self._ask(study, campaign_id)
                     if job is not None:
@@ -231,6 +276,11 @@ class StudyController:
                         continue
                     self._finish(study, campaign_id, in_flight.pop(outcome.trial_number), outcome)
                     self._check_health(outcome)
+            self.stop_reason = self._budget_spent() or (
+                budgets.MAX_TRIALS if submitted >= r.max_trials else "asks")
+            log.info("%s: search stopped (%s) after %d trials, %.3g GPU-hours", r.study_name,
+                     self.stop_reason, submitted, self.gpu_hours)
+            self._confirm(campaign_id)
             status, message = "completed", None
         except BaseException as exc:
             message = f"{type(exc).__name__}: {exc}"
@@ -241,6 +291,36 @@ class StudyController:
             self.executor.close()
             lease.finish(status, message, self.clock() - t0)
         return campaign_id
+
+    def _budget_spent(self) -> str | None:
+        return self.request.budget.spent(self.gpu_hours, time.time())
+
+    def _confirm(self, campaign_id: int) -> None:
+        """Re-run the best configs (and the incumbent) with other seeds; store the results and
+        why the search stopped in one transaction."""
+        r = self.request
+        confirmed: list[confirm.Confirmed] = []
+        if r.confirm is not None:
+            rows = [confirm.TrialRow(number=t.number, role=t.role, state=t.state,
+                                     feasible=t.feasible,
+                                     capacity_output_tok_s=t.capacity_output_tok_s,
+                                     config=dict(t.config), repeat_of=t.repeat_of)
+                    for t in self.records]
+            chosen = confirm.candidates(rows, r.confirm.top)
+            template = TrialSpec(study_name=r.study_name, trial_number=0,
+                                 config=EngineConfig(**deployment_args(r.deployment)),
+                                 deployment=r.deployment, trace=r.trace, slo=r.slo,
+                                 backend=r.backend, seed=r.seed, search=r.search,
+                                 backend_options=r.backend_options)
+            confirmed = confirm.run(self.executor, template, chosen, r.confirm)
+        if self._lease is not None:
+            self._lease.check()
+        with session_scope(self.engine) as s:
+            row = s.get(Campaign, campaign_id)
+            assert row is not None
+            row.stop_reason = self.stop_reason
+            if r.confirm is not None:
+                confirm.save(s, row, confirmed)
 
     def _requeue_in_flight(self, study: optuna.Study, in_flight: dict[int, _InFlight]) -> None:
         """Never leave a RUNNING trial behind: a later `tune` runs these parameters again."""
@@ -256,7 +336,7 @@ class StudyController:
         self._infra_in_a_row = (self._infra_in_a_row + 1
                                 if outcome.failure_class in INFRA_FAILURES else 0)
         if self._infra_in_a_row >= MAX_INFRA_FAILURES_IN_A_ROW:
-            raise ConfigError(f"{self._infra_in_a_row} trials in a row failed in the workers "
+            raise InfrastructureError(f"{self._infra_in_a_row} trials in a row failed in the workers "
                               f"(last: {outcome.failure_message}); check the executor and the "
                               "backend's setup before tuning again")
         baselines = [rec for rec in self.records if rec.role in BASELINES]
@@ -273,8 +353,11 @@ class StudyController:
         dep = self.request.deployment
         trial = study.ask()
         role = trial.user_attrs.get("role", PROPOSED)
+        # A reference runs its exact config; the space's parameters are enqueued equal to it.
+        exact = trial.user_attrs.get(resume.ENGINE_CONFIG)
+        base = EngineConfig(**exact) if exact else _base_config(role, dep)
         # Define-by-run: a conditional parameter is suggested only when its feature is on.
-        config = _base_config(role, dep).merged(**self.plan.space.suggest(trial))
+        config = base.merged(**self.plan.space.suggest(trial))
         broken = violations(self.space, config, dep)
         # Baselines are references: they run unless they are known to fail.
         blocking = [v for v in broken if role == PROPOSED or v.severity == "error"]
@@ -372,9 +455,13 @@ class StudyController:
                outcome: TrialOutcome | None = None) -> None:
         if self._lease is not None:
             self._lease.check()  # never write a result into a campaign another job has taken
+        # A repeat reused a measurement and a rejected config started nothing: no GPU time.
+        gpu_hours = 0.0 if outcome is None or record.repeat_of is not None else budgets.gpu_hours(
+            outcome.start_s, outcome.measure_s, self.request.deployment.tensor_parallel_size)
         with session_scope(self.engine) as s:
             campaign = s.get(Campaign, campaign_id)
             assert campaign is not None
+            campaign.gpu_hours = (campaign.gpu_hours or 0.0) + gpu_hours
             repo.add_trial(
                 s, campaign, number=record.number, role=record.role,
                 engine_config=record.config, state=record.state, feasible=record.feasible,
@@ -390,4 +477,5 @@ class StudyController:
                 started_at=(datetime.fromtimestamp(outcome.started_at_epoch_s, UTC)
                             if outcome and outcome.started_at_epoch_s else None),
                 worker=outcome.worker if outcome else {}, repeat_of=record.repeat_of,
-                telemetry=_finite(outcome.telemetry) if outcome else {})
+                telemetry=_finite(outcome.telemetry) if outcome else {}, gpu_hours=gpu_hours)
+        self.gpu_hours += gpu_hours

@@ -22,7 +22,7 @@ import ray
 from ray._private import ray_constants
 from ray.exceptions import RayActorError, RayError
 
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, InfrastructureError
 from autotune.executors import Executor, execute_trial
 from autotune.records import TrialOutcome, TrialSpec
 
@@ -84,9 +84,9 @@ def _probe(address: str) -> None:
     try:
         socket.create_connection((host, int(port)), timeout=5).close()
     except OSError as exc:
-        raise ConfigError(f"cannot reach the Ray cluster at {address} ({exc.strerror or exc}); "
-                          "check --ray-address / AUTOTUNE_RAY_ADDRESS and that the head is up"
-                          ) from None
+        raise InfrastructureError(f"cannot reach the Ray cluster at {address} "
+                                  f"({exc.strerror or exc}); check --ray-address / "
+                                  "AUTOTUNE_RAY_ADDRESS and that the head is up") from None
 
 
 class RayExecutor(Executor):
@@ -124,9 +124,9 @@ class RayExecutor(Executor):
                 _restore(self._env_before)
                 self._env_before = None
                 where = self.address or "a local Ray"
-                raise ConfigError(f"cannot start or join Ray ({where}): "
-                                  f"{str(exc).strip().splitlines()[0]}; check --ray-address / "
-                                  "AUTOTUNE_RAY_ADDRESS") from None
+                raise InfrastructureError(f"cannot start or join Ray ({where}): "
+                                          f"{str(exc).strip().splitlines()[0]}; check "
+                                          "--ray-address / AUTOTUNE_RAY_ADDRESS") from None
             self._started_ray = True
         gpus = int(ray.cluster_resources().get("GPU", 0))
         # Never more trials in flight than the cluster has GPU groups for.

@@ -9,6 +9,7 @@ from api.schemas import (
     MAX_DB_INT,
     CampaignList,
     CampaignSummary,
+    ConfirmationView,
     TrialPage,
     TrialView,
     error_docs,
@@ -28,13 +29,20 @@ def _iso(value: Any) -> str | None:
 
 
 def _summary(c: Campaign) -> CampaignSummary:
-    best = repo.best_trial(c)
+    best, winner = repo.best_trial(c), repo.winner_trial(c)
     return CampaignSummary(
         id=c.id, deployment=c.deployment.name, name=c.name, status=c.status, backend=c.backend,
         slo=c.slo, trace_ref=c.trace_ref, trace_digest=c.trace_digest, study_name=c.study_name,
         max_trials=c.max_trials, trials=len(c.trials), best_trial=best.number if best else None,
         best_capacity_output_tok_s=best.capacity_output_tok_s if best else None,
-        started_at=_iso(c.started_at) or "", finished_at=_iso(c.finished_at), wall_s=c.wall_s)
+        started_at=_iso(c.started_at) or "", finished_at=_iso(c.finished_at), wall_s=c.wall_s,
+        period=c.period, gpu_hours=c.gpu_hours or 0.0, budget=c.budget,
+        stop_reason=c.stop_reason, winner_trial=winner.number if winner else None,
+        confirmations=[ConfirmationView(
+            trial=r.trial.number, role=r.role, seeds=r.seeds, samples=list(r.samples), n=r.n,
+            mean_output_tok_s=r.mean_output_tok_s, std_output_tok_s=r.std_output_tok_s, cv=r.cv,
+            lcb_output_tok_s=r.lcb_output_tok_s, winner=r.winner) for r in c.confirmations],
+        decision=c.decision, decision_note=c.decision_note)
 
 
 def _campaign(session: Any, campaign_id: int) -> Campaign:

@@ -11,6 +11,8 @@ import typer
 from rich.console import Console
 
 from autotune.cli.capture import capture
+from autotune.cli.quarterly import HELP as QUARTERLY_HELP
+from autotune.cli.quarterly import quarterly
 from autotune.cli.sim import sim_app, simulate
 from autotune.cli.traffic import traffic_app
 from autotune.errors import AutotuneError, ConfigError
@@ -27,6 +29,7 @@ app.add_typer(traffic_app, name="traffic")
 app.add_typer(sim_app, name="sim")
 app.command("simulate")(simulate)
 app.command("capture")(capture)
+app.command("quarterly", help=QUARTERLY_HELP)(quarterly)
 console = Console()
 if not console.is_terminal:  # logs and CI: wide enough for the trial tables
     console = Console(width=160)
@@ -122,8 +125,15 @@ def tune(
     engine_arg: Annotated[list[str] | None, typer.Option(
         help="vllm backend: an extra server argument, e.g. --engine-arg=--load-format=dummy "
              "(repeatable).")] = None,
+    confirm_top: Annotated[int, typer.Option(
+        help="Confirm the best K feasible configs after the search (0: publish the best single "
+             "measurement).")] = 3,
+    confirm_repeats: Annotated[int, typer.Option(
+        help="Re-runs per confirmed config, each with another arrival seed (at least 2).")] = 3,
 ) -> None:
-    """Run a tuning campaign (defaults: the demo deployment on the simulator)."""
+    """Run a tuning campaign (defaults: the demo deployment on the simulator). The best configs
+    are then confirmed: re-run with other arrival seeds, the winner is the one with the best 90%
+    lower confidence bound on capacity."""
     from autotune.cli.render import LiveTrials
     from autotune.cli.report import print_campaign_result
     from autotune.deployment import DeploymentSpec
@@ -148,6 +158,7 @@ def tune(
     if max_scale < 1 or bisect_steps < 0:
         raise ConfigError("--max-scale must be at least 1 and --bisect-steps at least 0")
     backend_options = _backend_options(backend, settings, model_path, engine_arg or [])
+    plan = confirm_plan(confirm_top, confirm_repeats, seed)
     spec = DeploymentSpec.build(name=deployment, model=model, gpu=gpu, gpu_count=gpus,
                                 tensor_parallel_size=tp or gpus, max_model_len=max_model_len,
                                 traffic_profile=traffic)
@@ -188,7 +199,7 @@ def tune(
                               sampler=sampler, max_trials=trials, seed=seed,
                               search=CapacitySearch(max_scale=max_scale, bisect_steps=bisect_steps,
                                                     max_send_lag_p99_ms=max_send_lag_ms),
-                              backend_options=backend_options)
+                              backend_options=backend_options, confirm=plan)
     live = LiveTrials(console)
     controller = StudyController(engine, url, request, runner, observer=live,
                                  lease_s=settings.campaign_lease_s)
@@ -202,6 +213,18 @@ def tune(
         result = s.get(Campaign, campaign_id)
         assert result is not None
         print_campaign_result(console, result, url)
+
+
+def confirm_plan(top: int, repeats: int, seed: int) -> Any:
+    """The confirmation plan of --confirm-top/--confirm-repeats (None: no confirmation)."""
+    from autotune.confirm import ConfirmPlan
+
+    if top < 0:
+        raise ConfigError("--confirm-top must be 0 (no confirmation) or more")
+    if top and repeats < 2:
+        raise ConfigError("--confirm-repeats must be at least 2: one run gives no spread, so no "
+                          "confidence bound")
+    return ConfirmPlan(top=top, repeats=repeats, base_seed=seed) if top else None
 
 
 def _backend_options(backend: str, settings: Any, model_path: str | None,
@@ -291,14 +314,17 @@ def campaigns() -> None:
 
     engine, _ = _db()
     table = Table(title="Campaigns", title_justify="left")
-    for col in ("deployment", "campaign", "status", "backend", "trials", "best tok/s", "started"):
-        table.add_column(col)
+    for col in ("deployment", "campaign", "status", "backend", "trials", "best tok/s", "GPU-h",
+                "stopped by", "started", "decision"):
+        table.add_column(col, overflow="fold")
     with session_scope(engine) as s:
         for c in repo.list_campaigns(s):
             best = repo.best_trial(c)
+            decision = f"{c.decision}: {c.decision_note}" if c.decision else "-"
             table.add_row(c.deployment.name, c.name, c.status, c.backend, str(len(c.trials)),
                           f"{best.capacity_output_tok_s:,.0f}" if best else "-",
-                          c.started_at.strftime("%Y-%m-%d %H:%M"))
+                          f"{c.gpu_hours or 0:.3g}", (c.stop_reason or "-").replace("_", " "),
+                          c.started_at.strftime("%Y-%m-%d %H:%M"), decision)
     console.print(table)
 
 

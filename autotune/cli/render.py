@@ -80,6 +80,21 @@ class LiveTrials(Observer):
             self.live = None
 
 
+def confirmation_table(rows: list[Any]) -> Table:
+    """Confirmation runs per config (autotune_confirmations rows): the noise and the bound."""
+    table = Table(title="Confirmation (re-runs with other arrival seeds; winner = best 90% "
+                        "lower confidence bound)", title_justify="left")
+    for col in ("#", "role", "runs", "search tok/s", "mean tok/s", "sd", "CV", "LCB tok/s", ""):
+        table.add_column(col, justify="left" if col in ("role", "") else "right")
+    for r in rows:
+        table.add_row(str(r.trial.number), r.role, str(r.n),
+                      f"{r.trial.capacity_output_tok_s:,.0f}", f"{r.mean_output_tok_s:,.0f}",
+                      f"{r.std_output_tok_s:,.0f}", "-" if r.cv is None else f"{r.cv:.1%}",
+                      f"{r.lcb_output_tok_s:,.0f}", "winner" if r.winner else "",
+                      style="bold green" if r.winner else None)
+    return table
+
+
 def comparison_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
     """The winner beside the baselines: one column per config."""
     table = Table(title="Winner beside the baselines", title_justify="left")

@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 
 from autotune.baselines import BASELINES
-from autotune.cli.render import comparison_table, trial_table
+from autotune.cli.render import comparison_table, confirmation_table, trial_table
 from autotune.engine_config import EngineConfig
 from autotune.storage import repo
 from autotune.storage.models import Campaign, Trial
@@ -38,7 +38,12 @@ def print_campaign_result(console: Console, campaign: Campaign, url: str) -> Non
         f"Top trials of {campaign.study_name} ({len(measured)} measured, "
         f"{len(trials) - len(measured)} rejected by interaction rules, "
         f"{campaign.wall_s or 0:.0f} s)"))
-    best = repo.best_trial(campaign)
+    console.print(spent_line(campaign))
+    if campaign.confirmations:
+        console.print(confirmation_table(campaign.confirmations))
+    if campaign.decision:
+        console.print(f"Decision: {campaign.decision}: {campaign.decision_note}", soft_wrap=True)
+    best = repo.winner_trial(campaign)  # the confirmed winner where confirmation ran
     if best is None:
         console.print("[bold red]No feasible trial:[/] no config met the SLO "
                       f"{campaign.slo}; loosen it or widen the search space.")
@@ -58,6 +63,16 @@ def print_campaign_result(console: Console, campaign: Campaign, url: str) -> Non
     console.print(f"  {exe} api --port 8787")
     console.print(f"  curl localhost:8787/v1/deployments/{dep}/config")
     console.print(f"  {exe} dashboard --port 8080", soft_wrap=True)
+
+
+def spent_line(campaign: Campaign) -> str:
+    """What the campaign spent against its budget, and why its search stopped."""
+    budget = campaign.budget or {}
+    limits = [f"{k.replace('_', ' ')} {v}" for k, v in budget.items() if v is not None]
+    return (f"Spent {campaign.gpu_hours or 0:.4g} GPU-hours (trials and confirmation runs) in "
+            f"{campaign.wall_s or 0:.0f} s; search stopped by "
+            f"{(campaign.stop_reason or 'nothing yet').replace('_', ' ')}"
+            + (f" (budget: {', '.join(limits)})" if limits else ""))
 
 
 def _executable() -> str:

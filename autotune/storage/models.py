@@ -5,7 +5,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -58,10 +68,24 @@ class Campaign(Base):
     lease_renewals: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     lease_heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True),
                                                                 nullable=True)
+    # The quarter a `quarterly` campaign is for (2026Q4); None for a campaign run by `tune`.
+    period: Mapped[str | None] = mapped_column(String(20), nullable=True)
+    # What was spent: engine wall time x GPUs over its trials and confirmation runs.
+    gpu_hours: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    # The budget it ran under: max_trials, max_gpu_hours, deadline (ISO), as asked.
+    budget: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # Why the search stopped: "max_trials", "max_gpu_hours", "deadline" (None: not yet).
+    stop_reason: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    # The quarterly job's decision (published, kept_incumbent, no_feasible) and why.
+    decision: Mapped[str | None] = mapped_column(String(30), nullable=True)
+    decision_note: Mapped[str | None] = mapped_column(Text, nullable=True)
+    decided_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
     deployment: Mapped[Deployment] = relationship(back_populates="campaigns")
     trials: Mapped[list[Trial]] = relationship(back_populates="campaign",
                                                order_by="Trial.number")
+    confirmations: Mapped[list[Confirmation]] = relationship(
+        back_populates="campaign", order_by="Confirmation.lcb_output_tok_s.desc()")
 
 
 class Trial(Base):
@@ -93,8 +117,37 @@ class Trial(Base):
     telemetry: Mapped[dict[str, Any]] = mapped_column(JSON)  # GPU memory, utilisation, watermark
     # The sampler proposed a config already measured: its result is reused, no engine started.
     repeat_of: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Engine wall time (start + measure) x the GPUs the trial held, in hours; 0 with no engine.
+    gpu_hours: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
 
     campaign: Mapped[Campaign] = relationship(back_populates="trials")
+
+
+class Confirmation(Base):
+    """One config's confirmation: R re-runs with other arrival seeds (autotune.confirm)."""
+
+    __tablename__ = "autotune_confirmations"
+    __table_args__ = (UniqueConstraint("campaign_id", "trial_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    campaign_id: Mapped[int] = mapped_column(ForeignKey("autotune_campaigns.id"))
+    trial_id: Mapped[int] = mapped_column(ForeignKey("autotune_trials.id"))  # the search trial
+    role: Mapped[str] = mapped_column(String(30))  # the trial's role (incumbent, proposed...)
+    engine_config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    seeds: Mapped[list[int]] = mapped_column(JSON)  # the replay seed of each run
+    samples: Mapped[list[float]] = mapped_column(JSON)  # capacity per run (0: missed the SLO)
+    failures: Mapped[list[str | None]] = mapped_column(JSON)  # failure_class per run
+    n: Mapped[int] = mapped_column(Integer)  # runs that measured the config (not infra losses)
+    mean_output_tok_s: Mapped[float] = mapped_column(Float)
+    std_output_tok_s: Mapped[float] = mapped_column(Float)
+    cv: Mapped[float | None] = mapped_column(Float, nullable=True)  # std / mean
+    lcb_output_tok_s: Mapped[float] = mapped_column(Float)  # one-sided 90% lower bound
+    gpu_hours: Mapped[float] = mapped_column(Float)
+    winner: Mapped[bool] = mapped_column(Boolean)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    campaign: Mapped[Campaign] = relationship(back_populates="confirmations")
+    trial: Mapped[Trial] = relationship()
 
 
 class Publication(Base):

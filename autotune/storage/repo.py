@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from autotune.deployment import DeploymentSpec
 from autotune.errors import ConfigError, NotFoundError
-from autotune.storage.models import Campaign, Deployment, Publication, Trial
+from autotune.storage.models import Campaign, Confirmation, Deployment, Publication, Trial
 
 _SPEC_FIELDS = ("model", "gpu", "gpu_count", "tensor_parallel_size", "max_model_len",
                 "traffic_profile")
@@ -73,6 +73,18 @@ def list_campaigns(session: Session) -> list[Campaign]:
 def best_trial(campaign: Campaign) -> Trial | None:
     feasible = [t for t in campaign.trials if t.feasible]
     return max(feasible, key=lambda t: t.capacity_output_tok_s) if feasible else None
+
+
+def confirmed_winner(campaign: Campaign) -> Confirmation | None:
+    """The config confirmation chose (best lower confidence bound), if it ran and chose one."""
+    found = [c for c in campaign.confirmations if c.winner]
+    return found[0] if found else None
+
+
+def winner_trial(campaign: Campaign) -> Trial | None:
+    """What the campaign publishes: its confirmed winner, else its best single measurement."""
+    confirmed = confirmed_winner(campaign)
+    return confirmed.trial if confirmed is not None else best_trial(campaign)
 
 
 def add_trial(session: Session, campaign: Campaign, **values: Any) -> Trial:

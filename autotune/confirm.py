@@ -1,0 +1,212 @@
+"""Winner confirmation: re-run the best configs with other arrival seeds and pick by a lower
+confidence bound, so a lucky single measurement does not become the published config.
+
+After the search, the top K feasible configs (distinct configs, by their search capacity) and
+the incumbent (when the campaign re-measured one and it met the SLO) are each run R more times,
+through the same executor as the trials, with replay seeds the search did not use (on the
+simulator the seed draws its run-to-run jitter; on real engines it picks the synthesised prompt
+ids). The search measurement itself is not a sample: it was selected for being high, so it is
+biased upwards (the winner's curse).
+
+Per config, over its n measured runs (a run that misses the SLO counts as capacity 0; a run
+lost to the infrastructure is dropped):
+
+    mean, s (sample standard deviation, n - 1), CV = s / mean
+    LCB = mean - t(0.90, n - 1) * s / sqrt(n)     (one-sided 90% lower confidence bound)
+
+With fewer than two runs there is no bound and the LCB is 0 (such a config cannot win). The
+winner is the config with the highest LCB (ties: higher mean, then the earlier trial).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import delete
+from sqlalchemy.orm import Session
+
+from autotune import budget
+from autotune.engine_config import EngineConfig
+from autotune.executors import Executor
+from autotune.objective import is_feasible, outcome_constraints
+from autotune.records import TrialOutcome, TrialSpec
+from autotune.storage import repo
+from autotune.storage.models import Campaign, Confirmation, Trial
+
+log = logging.getLogger("autotune.confirm")
+CONFIDENCE = 0.90
+DROPPED = ("infrastructure", "worker_error")  # say nothing about the config: not a sample
+# One-sided t quantiles t(0.90, df); a df between two entries takes the smaller df's (larger,
+# so more cautious) value; beyond the table, df 30's.
+_T90 = {1: 3.078, 2: 1.886, 3: 1.638, 4: 1.533, 5: 1.476, 6: 1.440, 7: 1.415, 8: 1.397,
+        9: 1.383, 10: 1.372, 12: 1.356, 15: 1.341, 20: 1.325, 30: 1.310}
+
+
+def t90(df: int) -> float:
+    if df < 1:
+        raise ValueError("a t quantile needs at least one degree of freedom")
+    return _T90[max(d for d in _T90 if d <= df)]
+
+
+@dataclass(frozen=True)
+class Stats:
+    n: int
+    mean: float
+    std: float
+    cv: float | None
+    lcb: float
+
+
+def stats(samples: Sequence[float]) -> Stats:
+    n = len(samples)
+    if n == 0:
+        return Stats(0, 0.0, 0.0, None, 0.0)
+    mean = math.fsum(samples) / n
+    if n == 1:
+        return Stats(1, mean, 0.0, None, 0.0)  # no spread known: no bound
+    std = math.sqrt(math.fsum((x - mean) ** 2 for x in samples) / (n - 1))
+    return Stats(n, mean, std, std / mean if mean > 0 else None,
+                 max(0.0, mean - t90(n - 1) * std / math.sqrt(n)))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    trial_number: int
+    role: str
+    config: dict[str, Any]  # EngineConfig.explicit()
+    search_output_tok_s: float
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    candidate: Candidate
+    seeds: tuple[int, ...]
+    samples: tuple[float | None, ...]  # None: the run was lost (see DROPPED)
+    failures: tuple[str | None, ...]
+    gpu_hours: float
+    stats: Stats
+    winner: bool = False
+
+
+@dataclass(frozen=True)
+class ConfirmPlan:
+    top: int = 3
+    repeats: int = 3
+    base_seed: int = 0
+
+    def seeds(self) -> tuple[int, ...]:
+        # The search replayed with base_seed; every confirmation run gets another one.
+        return tuple(self.base_seed + 1 + r for r in range(self.repeats))
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    """What candidate selection needs of a finished trial."""
+
+    number: int
+    role: str
+    state: str
+    feasible: bool
+    capacity_output_tok_s: float
+    config: dict[str, Any] = field(default_factory=dict)
+    repeat_of: int | None = None
+
+
+def candidates(trials: Sequence[TrialRow], top: int, *, include_role: str = "incumbent"
+               ) -> list[Candidate]:
+    """The top `top` distinct feasible configs by search capacity, plus the `include_role`
+    trial's config (the incumbent) when it was feasible and is not among them."""
+    firsts = [t for t in trials if t.feasible and t.state == "measured" and t.repeat_of is None]
+    firsts.sort(key=lambda t: (-t.capacity_output_tok_s, t.number))
+    picked: list[Candidate] = []
+    keys: set[tuple[tuple[str, Any], ...]] = set()
+
+    def add(t: TrialRow) -> None:
+        key = tuple(sorted(t.config.items()))
+        if key not in keys:
+            keys.add(key)
+            picked.append(Candidate(t.number, t.role, dict(t.config), t.capacity_output_tok_s))
+
+    for t in firsts:
+        if len(picked) >= top:
+            break
+        add(t)
+    extra = [t for t in trials if t.role == include_role and t.feasible and t.state == "measured"]
+    if extra and top > 0:
+        add(extra[0])
+    return picked
+
+
+def run(executor: Executor, template: TrialSpec, chosen: Sequence[Candidate],
+        plan: ConfirmPlan) -> list[Confirmed]:
+    """Run every candidate `plan.repeats` times on the (open) executor; returns them with their
+    statistics, the best LCB marked as the winner. `template` carries the campaign's trace,
+    SLO, backend and capacity search; its study name gets a ':confirm' suffix in the logs."""
+    from dataclasses import replace
+
+    seeds = plan.seeds()
+    jobs = [(c, i, s) for c in chosen for i, s in enumerate(seeds)]
+    specs = {run_id: replace(template, study_name=f"{template.study_name}:confirm",
+                             trial_number=run_id, config=EngineConfig(**c.config), seed=s)
+             for run_id, (c, _, s) in enumerate(jobs)}
+    results: dict[int, TrialOutcome] = {}
+    retried: set[int] = set()
+    pending = list(specs)
+    running = 0
+    while pending or running:
+        while pending and running < executor.slots:
+            executor.submit(specs[pending.pop(0)])
+            running += 1
+        for outcome in executor.wait():
+            running -= 1
+            run_id = outcome.trial_number
+            if outcome.failure_class == "infrastructure" and run_id not in retried:
+                retried.add(run_id)  # a lost worker says nothing about the config: once more
+                pending.insert(0, run_id)
+                continue
+            results[run_id] = outcome
+    confirmed = []
+    for c in chosen:
+        ids = [run_id for run_id, (cand, _, _) in enumerate(jobs) if cand is c]
+        samples: list[float | None] = []
+        failures: list[str | None] = []
+        gpu_hours = 0.0
+        for run_id in ids:
+            o = results[run_id]
+            gpu_hours += budget.gpu_hours(o.start_s, o.measure_s, specs[run_id].gpus)
+            feasible = is_feasible(outcome_constraints(o, template.slo))
+            failures.append(o.failure_class or (None if feasible else "slo_miss"))
+            samples.append(None if o.failure_class in DROPPED
+                           else o.capacity_output_tok_s if feasible else 0.0)
+        s = stats([x for x in samples if x is not None])
+        log.info("%s: trial %d (%s) confirmed: mean %.0f, sd %.0f, LCB %.0f output tok/s over %d "
+                 "runs", template.study_name, c.trial_number, c.role, s.mean, s.std, s.lcb, s.n)
+        confirmed.append(Confirmed(c, seeds, tuple(samples), tuple(failures), gpu_hours, s))
+    ranked = sorted(confirmed, key=lambda x: (-x.stats.lcb, -x.stats.mean,
+                                              x.candidate.trial_number))
+    if ranked and ranked[0].stats.lcb > 0:
+        best = ranked[0]
+        confirmed = [replace(x, winner=True) if x is best else x for x in confirmed]
+    return confirmed
+
+
+def save(session: Session, campaign: Campaign, confirmed: Sequence[Confirmed]) -> None:
+    """Replace the campaign's confirmation rows (a resumed job confirms afresh) and add the
+    runs' GPU time to what the campaign spent; one transaction, so never half-written."""
+    session.execute(delete(Confirmation).where(Confirmation.campaign_id == campaign.id))
+    by_number = {t.number: t for t in session.query(Trial).filter(
+        Trial.campaign_id == campaign.id)}
+    for c in confirmed:
+        s = c.stats
+        session.add(Confirmation(
+            campaign_id=campaign.id, trial_id=by_number[c.candidate.trial_number].id,
+            role=c.candidate.role, engine_config=dict(c.candidate.config), seeds=list(c.seeds),
+            samples=list(c.samples), failures=list(c.failures), n=s.n, mean_output_tok_s=s.mean,
+            std_output_tok_s=s.std, cv=s.cv, lcb_output_tok_s=s.lcb, gpu_hours=c.gpu_hours,
+            winner=c.winner, created_at=repo.now()))
+        campaign.gpu_hours = (campaign.gpu_hours or 0.0) + c.gpu_hours
+    session.flush()
