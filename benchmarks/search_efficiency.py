@@ -281,7 +281,7 @@ def main() -> None:
     for col in ("trace", "SLO", "requests", "span s", "configs", ">=98% opt", ">=95% opt", "infeasible",
                 "censored", "measured", "grid s", "samplers s", "optimum tok/s", "vLLM default",
                 "guide heuristic"):
-        info.add_column(col, justify="right")
+        info.add_column(col, justify="right", no_wrap=True)
     for name, n, span, points, near, zero, cens, made, secs, ssecs, opt, d, h in rows:
         info.add_row(name, SLOS[name], str(n), f"{span:.0f}", str(points), str(near[0.98]), str(near[0.95]),
                      str(zero), str(cens), str(made), f"{secs:.0f}", f"{ssecs:.0f}",
