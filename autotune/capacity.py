@@ -3,12 +3,16 @@
 Capacity under the SLO, not raw throughput: replaying at the recorded rate makes every config
 that keeps up look the same, so the trace is replayed on one running engine at a ladder of rate
 multipliers, then bisected between the last rate that met the SLO and the first that did not.
+With `CapacitySearch.window_s` every replay offers the same length of traffic (the trace's head),
+so capacity is a sustained rate at every multiplier rather than a burst's drain rate.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+
+import numpy as np
 
 from autotune.backends import EngineBackend
 from autotune.errors import EngineStartError, ReplayError
@@ -47,9 +51,20 @@ def run_trial(spec: TrialSpec, backend: EngineBackend) -> TrialOutcome:
 
 def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: float) -> TrialOutcome:
     replays: list[dict[str, float | bool | None]] = []
+    trace = spec.trace
+    window_s = spec.search.window_s
+    span_s = float(trace.duration_s) if window_s is not None else None
+
+    def offered(scale: float) -> object:
+        """The trace a replay at `scale` plays: with a window, its first window_s * scale s."""
+        if window_s is None or span_s is None or window_s * scale >= span_s:
+            return trace
+        arrival = np.asarray(trace.arrival_s)
+        count = int(np.searchsorted(arrival, arrival[0] + window_s * scale, side="right"))
+        return trace.slice(0, max(count, 1))
 
     def measure(scale: float) -> LatencySummary:
-        summary = summarize(backend.replay(spec.trace, scale, spec.seed), spec.slo)
+        summary = summarize(backend.replay(offered(scale), scale, spec.seed), spec.slo)
         lag = summary.send_lag_p99_ms
         client_bound = lag is not None and lag > spec.search.max_send_lag_p99_ms
         ok = meets(summary, spec.slo) and not client_bound
@@ -69,7 +84,8 @@ def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: floa
     passing: list[tuple[float, LatencySummary]] = []
     recorded = None
     failed_at: float | None = None
-    for scale in spec.search.ladder():
+    ladder = spec.search.ladder(span_s)
+    for scale in ladder:
         summary = measure(scale)
         if scale == 1.0:
             recorded = summary
@@ -94,6 +110,11 @@ def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: floa
             else:
                 hi = mid
     measure_s = time.monotonic() - t1
+    if window_s is not None and failed_at is None and best is not None and \
+            ladder[-1] < spec.search.max_scale:
+        log.warning("%s trial %d: met the SLO at x%.3g, the highest multiplier at which the "
+                    "trace covers a %.0f s window: capacity is at least that (use a longer "
+                    "trace)", spec.study_name, spec.trial_number, ladder[-1], window_s)
     if best is None:
         return TrialOutcome.failed(spec.trial_number, "slo_miss",
                                    "misses the SLO at the recorded rate", at_recorded_rate=recorded,

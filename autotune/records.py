@@ -71,17 +71,32 @@ class LatencySummary(BaseModel):
 class CapacitySearch:
     """How a trial looks for the highest sustainable rate: rate multipliers 1, factor,
     factor**2, ... up to max_scale until the SLO breaks, then bisection between the last rate
-    that met it and the first that did not."""
+    that met it and the first that did not.
+
+    window_s (None: off) makes every replay offer the same length of traffic: at multiplier m
+    the replay is the trace's first window_s * m recorded seconds, so it lasts window_s at the
+    offered rate. Without it a replay at m lasts the trace's span / m, and at high multipliers a
+    short trace collapses into one burst whose drain rate is measured, not a sustained rate.
+    With it the ladder stops at the multiplier at which the trace no longer covers the window
+    (`top_scale`)."""
 
     factor: float = 2.0
     max_scale: float = 1024.0
     bisect_steps: int = 3
     # A replay whose client sent later than this (P99) measured the client, not the engine.
     max_send_lag_p99_ms: float = 5.0
+    window_s: float | None = None
 
-    def ladder(self) -> list[float]:
+    def top_scale(self, trace_duration_s: float | None = None) -> float:
+        """The highest multiplier the search measures on a trace that spans trace_duration_s."""
+        if self.window_s is None or trace_duration_s is None:
+            return self.max_scale
+        return max(1.0, min(self.max_scale, trace_duration_s / self.window_s))
+
+    def ladder(self, trace_duration_s: float | None = None) -> list[float]:
+        top = self.top_scale(trace_duration_s)
         scales = [1.0]
-        while scales[-1] * self.factor <= self.max_scale:
+        while scales[-1] * self.factor <= top:
             scales.append(scales[-1] * self.factor)
         return scales
 

@@ -9,7 +9,7 @@ from autotune.capacity import run_trial
 from autotune.deployment import DEMO
 from autotune.records import CapacitySearch, ReplayResult, TrialSpec
 from autotune.slo import parse_slo
-from autotune.traffic.trace import DEMO_TRACE, load_trace
+from autotune.traffic.trace import DEMO_TRACE, Trace, load_trace
 from workers.sim.backend import SimulatorBackend
 
 
@@ -63,3 +63,40 @@ def test_a_client_bound_replay_is_not_a_measurement() -> None:
     assert outcome.replays[0]["client_bound"] is True
     relaxed = run_trial(spec("ttft_p99<=2s", CapacitySearch(max_send_lag_p99_ms=50)), _LateClient())
     assert relaxed.failure_class is None
+
+
+class _Recording(SimulatorBackend):
+    """The simulator, remembering what each replay offered: (multiplier, requests, span s)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.offered: list[tuple[float, int, float]] = []
+
+    def replay(self, trace: object, rate_scale: float, seed: int) -> ReplayResult:
+        assert isinstance(trace, Trace)
+        self.offered.append((rate_scale, len(trace), trace.duration_s / rate_scale))
+        return super().replay(trace, rate_scale, seed)
+
+
+def test_a_window_offers_the_same_length_of_traffic_at_every_multiplier() -> None:
+    trace = load_trace(DEMO_TRACE)
+    window = trace.duration_s / 64
+    backend = _Recording()
+    outcome = run_trial(spec("ttft_p99<=2s,tpot_p99<=50ms", CapacitySearch(window_s=window)),
+                        backend)
+    assert outcome.failure_class is None and len(backend.offered) > 3
+    for scale, requests, span in backend.offered:
+        assert 0.8 * window <= span <= window, (scale, span)  # up to the next arrival
+        assert requests < len(trace) or scale >= 64  # a head of the trace below x64
+    # More traffic at a higher multiplier: the same seconds, more requests in them.
+    by_scale = sorted(backend.offered)
+    assert [r for _, r, _ in by_scale] == sorted(r for _, r, _ in by_scale)
+
+
+def test_a_window_stops_the_ladder_where_the_trace_no_longer_covers_it() -> None:
+    trace = load_trace(DEMO_TRACE)
+    search = CapacitySearch(window_s=trace.duration_s / 4, bisect_steps=0)
+    assert search.ladder(trace.duration_s) == [1, 2, 4]
+    outcome = run_trial(spec("ttft_p99<=60s", search), SimulatorBackend())
+    assert [r["rate_scale"] for r in outcome.replays] == [1, 2, 4]
+    assert CapacitySearch().ladder(trace.duration_s)[-1] == 1024  # no window: max_scale
