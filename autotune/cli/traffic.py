@@ -34,13 +34,21 @@ def traffic_synth(
     requests: Annotated[int, typer.Option(help="Number of requests.")] = 600,
     rate: Annotated[float, typer.Option(help="Mean arrival rate, requests/s.")] = 5.0,
     seed: Annotated[int, typer.Option(help="Seed; equal seeds give equal files.")] = 0,
+    arrivals: Annotated[str, typer.Option(help="poisson, or gamma (bursty: --gap-cv > 1).")] = "poisson",
+    gap_cv: Annotated[float, typer.Option(help="Gamma arrivals: CV of the inter-arrival gaps.")] = 2.0,
+    document_share: Annotated[float, typer.Option(
+        help="Fraction of requests that are documents (long prompts, short answers).")] = 0.0,
 ) -> None:
     """Write a synthetic chat-like trace (the bundled demo trace is the default one)."""
     from autotune.traffic.synthetic import chat_trace_rows, write_jsonl
 
     if requests < 1 or rate <= 0:
         raise ConfigError("--requests must be at least 1 and --rate positive")
-    write_jsonl(chat_trace_rows(requests=requests, rate_rps=rate, seed=seed), out)
+    if arrivals not in ("poisson", "gamma") or gap_cv <= 0 or not 0 <= document_share <= 1:
+        raise ConfigError("--arrivals must be poisson or gamma, --gap-cv positive and "
+                          "--document-share in [0, 1]")
+    write_jsonl(chat_trace_rows(requests=requests, rate_rps=rate, seed=seed, arrivals=arrivals,
+                                gap_cv=gap_cv, document_share=document_share), out)
     console.print(f"wrote {requests} requests to {out}")
 
 
