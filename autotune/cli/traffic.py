@@ -78,8 +78,9 @@ def traffic_import(
         raise ConfigError("--time-unit goes with --map (the known formats know their units)")
     if register is False and deployment is not None:
         raise ConfigError("--deployment registers the file; it cannot go with --no-register")
-    # Checked before the import's work: a missing or unmigrated database is one error line.
-    engine = _registry_db() if register or deployment is not None else None
+    # Checked before the import's work: a missing or unmigrated database, or an unknown
+    # deployment, is one error line and no file written.
+    engine = _registry_db(deployment) if register or deployment is not None else None
     mapping = parse_mapping(map_spec) if map_spec is not None else None
     unit = check_time_unit(time_unit or "s")
     imported = import_file(file, fmt, model=model, mapping=mapping, time_unit=unit)
@@ -101,10 +102,21 @@ def traffic_import(
                       + (f" for deployment {deployment}" if deployment else ""), soft_wrap=True)
 
 
-def _registry_db() -> Any:
+def _registry_db(deployment: str | None = None) -> Any:
+    """The migrated database, where the deployment (if named) exists."""
     from autotune.cli.main import _db
+    from autotune.storage import repo
+    from autotune.storage.db import session_scope
 
-    return _db()[0]
+    engine = _db()[0]
+    if deployment is not None:
+        try:
+            with session_scope(engine) as s:
+                repo.get_deployment(s, deployment)
+        except BaseException:
+            engine.dispose()
+            raise
+    return engine
 
 
 def _register(engine: Any, trace: Any, path: Path, fmt: str, kind: str,
@@ -146,7 +158,7 @@ def traffic_list(
     from autotune.storage import repo
     from autotune.storage.db import session_scope
 
-    engine = _registry_db()
+    engine = _registry_db(deployment)
     try:
         with session_scope(engine) as s:
             dep = repo.get_deployment(s, deployment) if deployment else None
