@@ -29,10 +29,10 @@ Traffic: --trace, else the newest trace registered for the deployment (`traffic 
 newest one is used; they are not merged), else the trace of the deployment's latest campaign;
 its last --days days when the trace has wall-clock times, else the whole file. The incumbent
 (the current publication) is re-measured first, then the previous campaign's winner and best
-configs, then the search runs until --max-trials, --max-gpu-hours or --deadline. The best configs and the incumbent are then
-confirmed (re-run with other arrival seeds); the winner (best 90% lower confidence bound) is
-published only if that bound beats the incumbent's confirmed mean by --margin-pct. A quarter
-already decided is a no-op unless --force.
+configs, then the search runs until --max-trials, --max-gpu-hours or --deadline. The best
+configs and the incumbent are then confirmed (re-run with other arrival seeds); the winner (best
+90% lower confidence bound) is published only if that bound beats the incumbent's confirmed mean
+by --margin-pct. A quarter already decided is a no-op unless --force.
 
 Exit codes: 0 published, kept the incumbent, or already decided (no-op); 2 bad input;
 3 another job is running this campaign; 4 no feasible config within the budget (nothing
