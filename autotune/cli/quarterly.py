@@ -24,13 +24,15 @@ log = logging.getLogger("autotune.quarterly")
 HELP = """Re-tune a deployment for this quarter and publish the winner if it beats the incumbent.
 
 The period (e.g. 2026Q4) comes from today's date unless given; the campaign is named after it.
-Traffic: --trace, else the trace of the deployment's latest campaign; its last --days days when
-the trace has wall-clock times, else the whole file. The incumbent (the current publication) is
-re-measured first, then the previous campaign's winner and best configs, then the search runs
-until --max-trials, --max-gpu-hours or --deadline. The best configs and the incumbent are then
-confirmed (re-run with other arrival seeds); the winner (best 90% lower confidence bound) is
-published only if that bound beats the incumbent's confirmed mean by --margin-pct. A quarter
-already decided is a no-op unless --force.
+Traffic: --trace, else the newest trace registered for the deployment (`traffic import
+--deployment`) with traffic in the last --days days (if several overlap the window, only the
+newest one is used; they are not merged), else the trace of the deployment's latest campaign;
+its last --days days when the trace has wall-clock times, else the whole file. The incumbent
+(the current publication) is re-measured first, then the previous campaign's winner and best
+configs, then the search runs until --max-trials, --max-gpu-hours or --deadline. The best
+configs and the incumbent are then confirmed (re-run with other arrival seeds); the winner (best
+90% lower confidence bound) is published only if that bound beats the incumbent's confirmed mean
+by --margin-pct. A quarter already decided is a no-op unless --force.
 
 Exit codes: 0 published, kept the incumbent, or already decided (no-op); 2 bad input;
 3 another job is running this campaign; 4 no feasible config within the budget (nothing
@@ -43,7 +45,8 @@ def quarterly(
         help="Quarter label, e.g. 2026Q4 (default: today's quarter).")] = None,
     days: Annotated[float, typer.Option(help="Tune on the trace's last N days.")] = 28.0,
     trace: Annotated[Path | None, typer.Option(
-        help="Trace file (default: the deployment's latest campaign's trace).")] = None,
+        help="Trace file (default: the newest registered trace overlapping the last --days, "
+             "else the latest campaign's trace).")] = None,
     force: Annotated[bool, typer.Option(
         "--force", help="Run again even if this quarter is already decided.")] = False,
     max_trials: Annotated[int, typer.Option(help="Trials to measure at most.")] = 40,
@@ -183,7 +186,8 @@ def _run(*, deployment: str, period: str | None, days: float, trace: Path | None
         defaults = {"slo": latest.slo if latest else None,
                     "backend": latest.backend if latest else "sim",
                     "space": latest.search_space if latest else None,
-                    "trace": latest.trace_ref if latest else None}
+                    "trace": None if trace else (_registered_trace(s, dep, now, days, err)
+                                                 or (latest.trace_ref if latest else None))}
         s.rollback()  # read only
     slo_parsed = parse_slo(slo) if slo else _stored_slo(defaults["slo"])
     backend_name = backend or str(defaults["backend"])
@@ -220,6 +224,22 @@ def _run(*, deployment: str, period: str | None, days: float, trace: Path | None
         assert ran is not None
         return _decided(console, q.decide(s, ran, margin_pct=margin_pct, period=label,
                                           published_by=publisher), ran)
+
+
+def _registered_trace(session: Any, dep: Any, now: datetime, days: float,
+                      err: Console) -> str | None:
+    """The newest registered trace of the deployment with traffic in the last `days` days whose
+    file is still there; None if there is none (the caller falls back to the latest campaign)."""
+    from autotune.storage import repo
+
+    for row in repo.traces_for(session, dep, since_epoch_s=now.timestamp() - days * 86_400):
+        if Path(row.path).exists():
+            err.print(f"autotune: registered trace #{row.id}: {row.path}", markup=False,
+                      highlight=False, soft_wrap=True)
+            return str(row.path)
+        err.print(f"autotune: registered trace #{row.id} {row.path} is gone; skipped",
+                  markup=False, highlight=False, soft_wrap=True)
+    return None
 
 
 def _stored_slo(stored: Any) -> Any:

@@ -67,14 +67,28 @@ def traffic_import(
                       "nested JSON (usage.prompt_tokens).")] = None,
     time_unit: Annotated[str | None, typer.Option(
         help="With --map: the arrival column's unit, s, ms, us, ns or iso (default s).")] = None,
+    deployment: Annotated[str | None, typer.Option(
+        help="Register the written file in the database as this deployment's traffic.")] = None,
+    register: Annotated[bool | None, typer.Option(
+        "--register/--no-register", help="Register the written file in the database "
+        "(default: only with --deployment; needs a migrated database).")] = None,
 ) -> None:
-    """Import a trace file into the Parquet store (validated; written atomically)."""
+    """Import a trace file into the Parquet store (validated; written atomically).
+
+    With --deployment (or --register) the written file is also registered in the database
+    (path, digest, time range, rows, statistics): `autotune quarterly` then finds it.
+    Without either, no database is needed."""
     from autotune.traffic.formats import import_file
     from autotune.traffic.formats.mapped import check_time_unit, parse_mapping
     from autotune.traffic.parquet_store import write_parquet
 
     if time_unit is not None and map_spec is None:
         raise ConfigError("--time-unit goes with --map (the known formats know their units)")
+    if register is False and deployment is not None:
+        raise ConfigError("--deployment registers the file; it cannot go with --no-register")
+    # Checked before the import's work: a missing or unmigrated database, or an unknown
+    # deployment, is one error line and no file written.
+    engine = _registry_db(deployment) if register or deployment is not None else None
     mapping = parse_mapping(map_spec) if map_spec is not None else None
     unit = check_time_unit(time_unit or "s")
     imported = import_file(file, fmt, model=model, mapping=mapping, time_unit=unit)
@@ -84,6 +98,92 @@ def traffic_import(
                   f"{t.duration_s:,.1f} s into {out}", soft_wrap=True)
     for note in imported.notes:
         console.print(f"  {note}", soft_wrap=True)
+    if engine is not None:
+        from dataclasses import replace
+
+        from autotune.traffic.trace import file_digest
+
+        # The written file's digest: what a campaign replaying it records as trace_digest.
+        row = _register(engine, replace(t, digest=file_digest(out)), out, imported.format,
+                        "imported", deployment)
+        console.print(f"registered trace #{row['id']}"
+                      + (f" for deployment {deployment}" if deployment else ""), soft_wrap=True)
+
+
+def _registry_db(deployment: str | None = None) -> Any:
+    """The migrated database, where the deployment (if named) exists."""
+    from autotune.cli.main import _db
+    from autotune.storage import repo
+    from autotune.storage.db import session_scope
+
+    engine = _db()[0]
+    if deployment is not None:
+        try:
+            with session_scope(engine) as s:
+                repo.get_deployment(s, deployment)
+        except BaseException:
+            engine.dispose()
+            raise
+    return engine
+
+
+def _register(engine: Any, trace: Any, path: Path, fmt: str, kind: str,
+              deployment: str | None) -> dict[str, Any]:
+    from autotune.storage import repo
+    from autotune.storage.db import session_scope
+
+    try:
+        with session_scope(engine) as s:
+            dep = repo.get_deployment(s, deployment) if deployment else None
+            return _trace_row(repo.register_trace(s, trace, path, fmt, kind, dep))
+    finally:
+        engine.dispose()
+
+
+def _iso(epoch_s: float | None) -> str | None:
+    from datetime import UTC, datetime
+
+    return None if epoch_s is None else datetime.fromtimestamp(epoch_s, UTC).isoformat()
+
+
+def _trace_row(row: Any) -> dict[str, Any]:
+    return {"id": row.id, "deployment": row.deployment.name if row.deployment else None,
+            "path": row.path, "digest": row.digest, "format": row.format, "kind": row.kind,
+            "rows": row.rows, "start_epoch_s": row.start_epoch_s, "end_epoch_s": row.end_epoch_s,
+            "start": _iso(row.start_epoch_s), "end": _iso(row.end_epoch_s),
+            "duration_s": row.duration_s, "stats": row.stats,
+            "registered_at": row.registered_at.isoformat()}
+
+
+@traffic_app.command("list")
+def traffic_list(
+    deployment: Annotated[str | None, typer.Option(help="Only this deployment's traces.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="A JSON list.")] = False,
+) -> None:
+    """Registered traces, newest traffic first (see `traffic import --deployment`)."""
+    from rich.table import Table
+
+    from autotune.storage import repo
+    from autotune.storage.db import session_scope
+
+    engine = _registry_db(deployment)
+    try:
+        with session_scope(engine) as s:
+            dep = repo.get_deployment(s, deployment) if deployment else None
+            rows = [_trace_row(r) for r in repo.traces_for(s, dep)]
+    finally:
+        engine.dispose()
+    if as_json:
+        print(json.dumps(rows))
+        return
+    table = Table(title="Registered traces", title_justify="left")
+    for col in ("id", "deployment", "kind", "format", "rows", "from (UTC)", "to (UTC)", "path"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(str(r["id"]), r["deployment"] or "-", r["kind"], r["format"],
+                      f"{r['rows']:,}", (r["start"] or "-")[:16], (r["end"] or "-")[:16],
+                      r["path"])
+    console.print(table)
 
 
 @traffic_app.command("show")

@@ -168,3 +168,28 @@ class Publication(Base):
     deployment: Mapped[Deployment] = relationship()
     campaign: Mapped[Campaign] = relationship()
     trial: Mapped[Trial] = relationship()
+
+
+class TraceFile(Base):
+    """A Parquet trace written by `traffic import` or the capture proxy, registered so a job can
+    ask for a deployment's recent traffic. start/end are None where the trace has no wall-clock
+    times (it then never matches a time window)."""
+
+    __tablename__ = "autotune_traces"
+    __table_args__ = (UniqueConstraint("path", "digest"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    deployment_id: Mapped[int | None] = mapped_column(ForeignKey("autotune_deployments.id"),
+                                                      nullable=True)
+    path: Mapped[str] = mapped_column(Text)  # absolute
+    digest: Mapped[str] = mapped_column(String(100))
+    format: Mapped[str] = mapped_column(String(30))  # the source format (azure, openai-log...)
+    kind: Mapped[str] = mapped_column(String(20))  # imported or captured
+    rows: Mapped[int] = mapped_column(Integer)
+    start_epoch_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    end_epoch_s: Mapped[float | None] = mapped_column(Float, nullable=True)  # the last arrival
+    duration_s: Mapped[float] = mapped_column(Float)
+    stats: Mapped[dict[str, Any]] = mapped_column(JSON)  # autotune.traffic.stats.trace_stats
+    registered_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    deployment: Mapped[Deployment | None] = relationship()

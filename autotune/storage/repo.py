@@ -3,15 +3,27 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from autotune.deployment import DeploymentSpec
 from autotune.errors import ConfigError, NotFoundError
-from autotune.storage.models import Campaign, Confirmation, Deployment, Publication, Trial
+from autotune.storage.models import (
+    Campaign,
+    Confirmation,
+    Deployment,
+    Publication,
+    TraceFile,
+    Trial,
+)
 
+if TYPE_CHECKING:
+    from autotune.traffic.trace import Trace
+
+TRACE_KINDS = ("imported", "captured")
 _SPEC_FIELDS = ("model", "gpu", "gpu_count", "tensor_parallel_size", "max_model_len",
                 "traffic_profile")
 
@@ -127,3 +139,48 @@ def current_publications(session: Session) -> list[Publication]:
             Publication.published_at.desc(), Publication.id.desc())):
         newest.setdefault(pub.deployment_id, pub)
     return sorted(newest.values(), key=lambda p: p.deployment.name)
+
+
+def register_trace(session: Session, trace: Trace, path: Path, fmt: str, kind: str,
+                   deployment: Deployment | None = None) -> TraceFile:
+    """Record a trace file (its digest, time range, rows, statistics). Idempotent: the same path
+    and digest give the row already there (given a deployment it had none of, it gains it)."""
+    from autotune.traffic.stats import trace_stats
+
+    if kind not in TRACE_KINDS:
+        raise ConfigError(f"trace kind {kind!r} is unknown; use {' or '.join(TRACE_KINDS)}")
+    where = str(path.resolve())
+    found = session.scalar(select(TraceFile).where(TraceFile.path == where,
+                                                   TraceFile.digest == trace.digest))
+    if found is not None:
+        if deployment is not None and found.deployment_id not in (None, deployment.id):
+            raise ConfigError(f"trace {where} is already registered for deployment "
+                              f"{found.deployment.name if found.deployment else '?'!r}")
+        if deployment is not None:
+            found.deployment_id = deployment.id
+            session.flush()
+        return found
+    start = trace.start_epoch_s
+    end = start + float(trace.arrival_s[-1]) if start is not None and len(trace) else start
+    row = TraceFile(deployment_id=deployment.id if deployment else None, path=where,
+                    digest=trace.digest, format=fmt, kind=kind, rows=len(trace),
+                    start_epoch_s=start, end_epoch_s=end, duration_s=trace.duration_s,
+                    stats=trace_stats(trace), registered_at=now())
+    session.add(row)
+    session.flush()
+    return row
+
+
+def traces_for(session: Session, deployment: Deployment | None,
+               since_epoch_s: float | None = None) -> list[TraceFile]:
+    """Registered traces, newest traffic first (by last arrival, then registration); of one
+    deployment, or all with None. since_epoch_s: only those with traffic at or after it (a
+    trace without wall-clock times then never matches)."""
+    query = select(TraceFile)
+    if deployment is not None:
+        query = query.where(TraceFile.deployment_id == deployment.id)
+    if since_epoch_s is not None:
+        query = query.where(TraceFile.end_epoch_s >= since_epoch_s)
+    return list(session.scalars(query.order_by(TraceFile.end_epoch_s.desc().nulls_last(),
+                                               TraceFile.registered_at.desc(),
+                                               TraceFile.id.desc())))
