@@ -104,8 +104,10 @@ def traffic_import(
         from autotune.traffic.trace import file_digest
 
         # The written file's digest: what a campaign replaying it records as trace_digest.
+        # Our capture proxy's logs are captured traffic; anything else was imported.
+        kind = "captured" if imported.format == "openai-log" else "imported"
         row = _register(engine, replace(t, digest=file_digest(out)), out, imported.format,
-                        "imported", deployment)
+                        kind, deployment)
         console.print(f"registered trace #{row['id']}"
                       + (f" for deployment {deployment}" if deployment else ""), soft_wrap=True)
 

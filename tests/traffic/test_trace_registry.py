@@ -192,3 +192,18 @@ def test_quarterly_uses_the_newest_registered_trace_of_the_window(migrated_sqlit
         ran = s.scalars(select(Campaign).where(Campaign.period == "2026Q4")).one()
         assert ran.trace_ref == str(recent.resolve())
     engine.dispose()
+
+
+def test_a_capture_log_registers_as_captured_traffic(migrated_sqlite: str, tmp_path: Path) -> None:
+    from autotune.traffic.capture_format import CaptureRecord
+
+    _seed_deployment(migrated_sqlite)
+    env = {"AUTOTUNE_DATABASE_URL": migrated_sqlite}
+    log = tmp_path / "capture-20270115T000000-1.jsonl"
+    log.write_text("".join(CaptureRecord(ts=1_800_000_000.0 + i, api="chat", prompt_tokens=100 + i,
+                                         output_tokens=20).to_json_line() for i in range(12)))
+    proc = run_cli("traffic", "import", str(log), "--out", str(tmp_path / "c.parquet"),
+                   "--deployment", "llama", env=env)
+    assert proc.returncode == 0, proc.stderr
+    [row] = json.loads(run_cli("traffic", "list", "--json", env=env).stdout)
+    assert (row["kind"], row["format"], row["rows"]) == ("captured", "openai-log", 12)
