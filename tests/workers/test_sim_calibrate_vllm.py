@@ -25,5 +25,5 @@ def test_a_profile_fitted_to_real_engines_predicts_them_better(tmp_path: Path) -
     # The bundled profile is a guess; fitted to these engines it must explain them clearly
     # better (the loss is the mean squared log error the fit minimises).
     assert fitted.fit["loss_after"] < 0.7 * fitted.fit["loss_before"]
-    assert after["output_tok_s"] < 0.25
+    assert after["output_tok_s"] < 0.35
     assert fitted.coefficients != base.coefficients
