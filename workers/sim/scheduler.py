@@ -49,7 +49,7 @@ class _Req:
         self.sched_s = self.first_s = self.last_s = self.done_s = float("nan")
         self.looked_up = False
         self.running = False
-        self.registered = False
+        self.registered = not hashes  # nothing to cache for a request without hashes
 
 
 class _PrefixCache:
