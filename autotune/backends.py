@@ -31,6 +31,7 @@ from autotune.records import CalibrationResult, Measurement, ReplayResult
 
 class EngineBackend(ABC):
     name: str = ""
+    simulated: bool = False  # a model of an engine: it may screen, its numbers are not published
 
     @abstractmethod
     def start(self, config: EngineConfig, deployment: DeploymentSpec, *,

@@ -47,6 +47,10 @@ def publish_campaign(session: Session, campaign_name: str, *, deployment: str | 
         if not found:
             raise NotFoundError(f"campaign {campaign.name!r} has no trial {trial_number}")
         trial = found[0]
+        if trial.fidelity != campaign.backend:
+            raise ConfigError(f"trial {trial_number} of campaign {campaign.name!r} was screened "
+                              f"on the {trial.fidelity} simulator, not measured; publish one "
+                              f"measured on {campaign.backend}")
         if not trial.feasible:
             raise ConfigError(f"trial {trial_number} of campaign {campaign.name!r} is not "
                               "feasible (it broke the SLO, a rule, or failed); pick another")

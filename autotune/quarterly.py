@@ -117,7 +117,7 @@ def references(session: Session, deployment: Deployment, campaign: str) -> tuple
         winner = repo.winner_trial(prev)
         if winner is not None:
             add(f"{prev.name}:winner", WARM_START, winner.engine_config)
-        best = sorted((t for t in prev.trials if t.feasible and t.repeat_of is None),
+        best = sorted((t for t in repo.measured_trials(prev) if t.feasible and t.repeat_of is None),
                       key=lambda t: -t.capacity_output_tok_s)
         for t in best[:WARM_STARTS]:
             add(f"{prev.name}:trial{t.number}", WARM_START, t.engine_config)
@@ -137,7 +137,7 @@ class Decision:
 
 
 def _incumbent(campaign: Campaign) -> tuple[Trial | None, Confirmation | None]:
-    trial = next((t for t in campaign.trials if t.role == INCUMBENT), None)
+    trial = next((t for t in repo.measured_trials(campaign) if t.role == INCUMBENT), None)
     if trial is None:
         return None, None
     conf = next((c for c in campaign.confirmations

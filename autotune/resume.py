@@ -39,6 +39,7 @@ from sqlalchemy import Engine, select, update
 from sqlalchemy.exc import IntegrityError
 
 from autotune.errors import CampaignBusyError, ConfigError, StorageError
+from autotune.multifidelity import FIDELITY, SCREEN_OF
 from autotune.records import LatencySummary, TrialOutcome
 from autotune.storage import repo
 from autotune.storage.db import session_scope
@@ -53,7 +54,8 @@ REQUEUED_AS = "autotune:requeued_as"
 ENGINE_CONFIG = "engine_config"  # user attr: the exact config an enqueued reference runs
 ENQUEUE_TAG = "enqueue_tag"  # user attr: which reference it is, so none is enqueued twice
 # What a resumed job must share with the dead one; the executor and parallelism may change.
-_SAME = ("trace_digest", "backend", "search_space", "max_trials", "seed")
+_SAME = ("trace_digest", "backend", "search_space", "max_trials", "seed", "screen_backend",
+         "screen_top")
 
 
 def _token() -> str:
@@ -142,7 +144,9 @@ def _find(session: Any, request: CampaignRequest) -> Campaign | None:
 def _check_same(c: Campaign, request: CampaignRequest) -> None:
     asked = {"trace_digest": request.trace.digest, "backend": request.backend,
              "search_space": request.search_space, "max_trials": request.max_trials,
-             "seed": request.seed}
+             "seed": request.seed,
+             "screen_backend": request.screen.backend if request.screen else None,
+             "screen_top": request.screen.top if request.screen else None}
     diffs = [f"{f} {getattr(c, f)!r} (asked {asked[f]!r})" for f in _SAME
              if getattr(c, f) != asked[f]]
     if c.slo != request.slo.to_dict():
@@ -162,7 +166,9 @@ def _new_campaign(engine: Engine, request: CampaignRequest, owner: str) -> int |
                 deployment_id=dep.id, name=r.campaign, slo=r.slo.to_dict(), trace_ref=r.trace_ref,
                 trace_digest=r.trace.digest, backend=r.backend, executor=r.executor,
                 search_space=r.search_space, study_name=r.study_name, max_trials=r.max_trials,
-                seed=r.seed, status="running", started_at=repo.now(), lease_owner=owner,
+                seed=r.seed, screen_backend=r.screen.backend if r.screen else None,
+                screen_top=r.screen.top if r.screen else None,
+                status="running", started_at=repo.now(), lease_owner=owner,
                 lease_renewals=0, lease_heartbeat_at=repo.now())
             s.add(c)
             s.flush()
@@ -255,8 +261,9 @@ def requeue(storage: BaseStorage, study: optuna.Study, trial: FrozenTrial) -> in
                                                     RETRY_OF: trial.number},
             user_attrs={"role": trial.user_attrs.get("role", "proposed"),
                         "retry_of": trial.number,
-                        # A warm start's or the incumbent's exact config (see study._ask).
-                        **{k: trial.user_attrs[k] for k in (ENGINE_CONFIG,)
+                        # A reference's exact config (see study._ask), and the backend and
+                        # screening trial of a multi-fidelity campaign's real trial.
+                        **{k: trial.user_attrs[k] for k in (ENGINE_CONFIG, FIDELITY, SCREEN_OF)
                            if k in trial.user_attrs}})
         study_id = storage.get_study_id_from_name(study.study_name)
         new_id = storage.create_new_trial(study_id, template_trial=template)

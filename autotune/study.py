@@ -6,7 +6,9 @@ A config that breaks an interaction rule is told as infeasible without starting 
 Measured configs run on the executor, at most `slots` at a time; each outcome is told to Optuna
 with its constraint values and written to the project's tables, with the GPU time it cost. The
 search stops at max_trials, or when the budget (GPU-hours, deadline) is spent; then the best
-configs are confirmed (autotune.confirm) on the same executor.
+configs are confirmed (autotune.confirm) on the same executor. A multi-fidelity campaign
+screens on the simulator first and measures its best configs for real in between
+(autotune.multifidelity).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from sqlalchemy import Engine
 
 from autotune import budget as budgets
 from autotune import confirm, resume
+from autotune import multifidelity as mf
 from autotune.baselines import BASELINES, deployment_args
 from autotune.confirm import ConfirmPlan
 from autotune.deployment import DeploymentSpec
@@ -80,10 +83,21 @@ class CampaignRequest:
     confirm: ConfirmPlan | None = None  # None: publish the best single measurement
     references: tuple[Reference, ...] = ()
     period: str | None = None  # the quarter of a `quarterly` campaign
+    # Multi-fidelity: the search runs on screen.backend, then its best configs on `backend`.
+    screen: mf.Screening | None = None
 
     @property
     def study_name(self) -> str:
         return f"{self.deployment.name}:{self.campaign}"
+
+    @property
+    def search_backend(self) -> str:
+        """The backend the sampler's proposals are measured on."""
+        return self.screen.backend if self.screen else self.backend
+
+    def options_of(self, backend: str) -> dict[str, Any]:
+        return self.screen.options if self.screen and backend == self.screen.backend \
+            else self.backend_options
 
 
 @dataclass(frozen=True)
@@ -101,6 +115,7 @@ class TrialRecord:
     failure_message: str | None = None
     constraints: dict[str, float] = field(default_factory=dict)
     repeat_of: int | None = None
+    fidelity: str = ""  # the backend that measured it
 
 
 class Observer:
@@ -117,6 +132,7 @@ class _InFlight:
     role: str
     config: EngineConfig
     slow_rules: list[str]
+    fidelity: str
     repeat_of: int | None = None
     spec: TrialSpec | None = None
     retried: bool = False
@@ -161,7 +177,10 @@ class StudyController:
         self.gpu_hours = 0.0  # spent by the search so far (restored on resume)
         self.stop_reason: str | None = None
         self._infra_in_a_row = 0
-        self._seen: dict[tuple[tuple[str, Any], ...], TrialOutcome] = {}
+        # (fidelity, config) -> its measurement: a repeat reuses only its own fidelity's.
+        self._seen: dict[tuple[str, tuple[tuple[str, Any], ...]], TrialOutcome] = {}
+        self._in_flight: dict[int, _InFlight] = {}
+        self._phase = request.search_backend  # the fidelity trials are being measured on
 
     # -- setup -------------------------------------------------------------------------------
     def _reference_params(self) -> list[tuple[str, str, dict[str, Any], dict[str, Any]]]:
@@ -209,14 +228,16 @@ class StudyController:
                 capacity_output_tok_s=row.capacity_output_tok_s, config=dict(row.engine_config),
                 latency=row.latency, failure_class=row.failure_class,
                 failure_message=row.failure_message, constraints=dict(row.constraints),
-                repeat_of=row.repeat_of)
+                repeat_of=row.repeat_of, fidelity=row.fidelity)
             self.records.append(record)
             self.observer.on_trial(record)
             self.gpu_hours += row.gpu_hours
             if row.latency_recorded_rate is not None and row.repeat_of is None:
-                self._seen.setdefault(tuple(sorted(row.engine_config.items())),
+                self._seen.setdefault((row.fidelity, tuple(sorted(row.engine_config.items()))),
                                       resume.outcome_of(row))
-        done = sum(1 for t in rows.values() if t.state != "rejected" and t.repeat_of is None)
+        # The budget counts the search's trials (a multi-fidelity campaign's screening ones).
+        done = sum(1 for t in rows.values() if t.state != "rejected" and t.repeat_of is None
+                   and t.fidelity == self.request.search_backend)
         if rows or requeued:
             log.warning("%s: %d of %d trials already done; %d re-queued (%s)",
                         self.request.study_name, done, self.request.max_trials, len(requeued),
@@ -246,7 +267,7 @@ class StudyController:
             row = s.get(Campaign, campaign_id)
             assert row is not None
             row.budget, row.period = r.budget.to_dict(r.max_trials), r.period
-        in_flight: dict[int, _InFlight] = {}
+        in_flight = self._in_flight
         status = "failed"
         message: str | None = "interrupted"
         study: optuna.Study | None = None
@@ -255,31 +276,35 @@ class StudyController:
             self.observer.on_start(r)
             submitted = self._restore(study, campaign_id)
             asks = len(study.get_trials(deepcopy=False))
-            while True:
-                while (len(in_flight) < self.executor.slots and submitted < r.max_trials
-                       and asks < r.max_trials * ASKS_PER_TRIAL and not self._budget_spent()):
-                    asks += 1
-                    job = self._ask(study, campaign_id)
-                    if job is not None:
-                        in_flight[job.trial.number] = job
-                        submitted += 1
-                if not in_flight:
-                    break
-                for outcome in self.executor.wait():
-                    job = in_flight[outcome.trial_number]
-                    if outcome.failure_class == "infrastructure" and not job.retried and job.spec:
-                        # A lost worker says nothing about the config: run it once more.
-                        log.warning("%s trial %d: %s; retrying once", r.study_name,
-                                    outcome.trial_number, outcome.failure_message)
-                        job.retried = True
-                        self.executor.submit(job.spec)
-                        continue
-                    self._finish(study, campaign_id, in_flight.pop(outcome.trial_number), outcome)
-                    self._check_health(outcome)
-            self.stop_reason = self._budget_spent() or (
-                budgets.MAX_TRIALS if submitted >= r.max_trials else "asks")
-            log.info("%s: search stopped (%s) after %d trials, %.3g GPU-hours", r.study_name,
-                     self.stop_reason, submitted, self.gpu_hours)
+            with session_scope(self.engine) as s:  # a resumed job keeps the first one's reason
+                row = s.get(Campaign, campaign_id)
+                assert row is not None
+                self.stop_reason = row.stop_reason
+            if r.screen is None or not mf.screening_closed(study):
+                def more() -> bool:
+                    return (submitted < r.max_trials and asks < r.max_trials * ASKS_PER_TRIAL
+                            and not self._budget_spent())
+
+                while True:
+                    while len(in_flight) < self.executor.slots and more():
+                        asks += 1
+                        job = self._ask(study, campaign_id)
+                        if job is not None:
+                            in_flight[job.trial.number] = job
+                            submitted += 1
+                    if not self._drain(study, campaign_id):
+                        break
+                self.stop_reason = self._budget_spent() or (
+                    budgets.MAX_TRIALS if submitted >= r.max_trials else "asks")
+                log.info("%s: search stopped (%s) after %d trials, %.3g GPU-hours", r.study_name,
+                         self.stop_reason, submitted, self.gpu_hours)
+                if r.screen is not None:  # kept for a job that resumes the real phase
+                    with session_scope(self.engine) as s:
+                        row = s.get(Campaign, campaign_id)
+                        assert row is not None
+                        row.stop_reason = self.stop_reason
+            if r.screen is not None:
+                self._measure_real(study, campaign_id)
             self._confirm(campaign_id)
             status, message = "completed", None
         except BaseException as exc:
@@ -291,6 +316,56 @@ class StudyController:
             self.executor.close()
             lease.finish(status, message, self.clock() - t0)
         return campaign_id
+
+    def _drain(self, study: optuna.Study, campaign_id: int) -> bool:
+        """Wait for the executor and finish what it returns; False when nothing is in flight."""
+        in_flight = self._in_flight
+        if not in_flight:
+            return False
+        for outcome in self.executor.wait():
+            job = in_flight[outcome.trial_number]
+            if outcome.failure_class == "infrastructure" and not job.retried and job.spec:
+                # A lost worker says nothing about the config: run it once more.
+                log.warning("%s trial %d: %s; retrying once", self.request.study_name,
+                            outcome.trial_number, outcome.failure_message)
+                job.retried = True
+                self.executor.submit(job.spec)
+                continue
+            self._finish(study, campaign_id, in_flight.pop(outcome.trial_number), outcome)
+            self._check_health(outcome)
+        return True
+
+    def _measure_real(self, study: optuna.Study, campaign_id: int) -> None:
+        """The real phase of a multi-fidelity campaign: close screening, enqueue its plan (the
+        references and the best screened configs) and run it on the real backend."""
+        r = self.request
+        assert r.screen is not None
+        if not mf.screening_closed(study):
+            dropped = mf.close_screening(self.storage, study, r.screen.backend)
+            if dropped:
+                log.warning("%s: screening closed; waiting trials %s left unrun", r.study_name,
+                            ", ".join(map(str, dropped)))
+        screened = [mf.Screened(number=t.number, role=t.role, state=t.state, feasible=t.feasible,
+                                capacity_output_tok_s=t.capacity_output_tok_s,
+                                config=dict(t.config), repeat_of=t.repeat_of)
+                    for t in self.records if t.fidelity == r.screen.backend]
+        references = [(tag, role) for tag, role, _, _ in self.reference_params
+                      if role == "incumbent"] + [(role, role) for role in BASELINES]
+        runs = mf.plan(screened, r.screen.top, references)
+        dep = r.deployment
+        added = mf.enqueue(study, [(run, space_params(self.plan.space, EngineConfig(**run.config),
+                                                      dep)) for run in runs], r.backend)
+        self._phase = r.backend
+        self._infra_in_a_row = 0
+        log.info("%s: screening on %s done; %d configs to measure on %s (%d enqueued now)",
+                 r.study_name, r.screen.backend, len(runs), r.backend, added)
+        while True:
+            while len(self._in_flight) < self.executor.slots and mf.waiting_real(study, r.backend):
+                job = self._ask(study, campaign_id)
+                if job is not None:
+                    self._in_flight[job.trial.number] = job
+            if not self._drain(study, campaign_id):
+                break
 
     def _budget_spent(self) -> str | None:
         return self.request.budget.spent(self.gpu_hours, time.time())
@@ -305,7 +380,7 @@ class StudyController:
                                      feasible=t.feasible,
                                      capacity_output_tok_s=t.capacity_output_tok_s,
                                      config=dict(t.config), repeat_of=t.repeat_of)
-                    for t in self.records]
+                    for t in self.records if t.fidelity == r.backend]  # never a screening one
             chosen = confirm.candidates(rows, r.confirm.top)
             template = TrialSpec(study_name=r.study_name, trial_number=0,
                                  config=EngineConfig(**deployment_args(r.deployment)),
@@ -339,12 +414,14 @@ class StudyController:
             raise InfrastructureError(f"{self._infra_in_a_row} trials in a row failed in the workers "
                               f"(last: {outcome.failure_message}); check the executor and the "
                               "backend's setup before tuning again")
-        baselines = [rec for rec in self.records if rec.role in BASELINES]
+        phase = [rec for rec in self.records if rec.fidelity == self._phase]
+        baselines = [rec for rec in phase if rec.role in BASELINES]
         if len(baselines) == len(BASELINES) and all(
                 rec.failure_class in ENGINE_FAILURES for rec in baselines) and not any(
-                rec.role not in BASELINES and rec.state == "measured" for rec in self.records):
+                rec.role not in BASELINES and rec.state == "measured" for rec in phase):
             first = baselines[0]
-            raise ConfigError(f"every baseline failed to start or crashed ({first.failure_class}: "
+            raise ConfigError(f"every baseline failed to start or crashed on {self._phase} "
+                              f"({first.failure_class}: "
                               f"{first.failure_message}); the deployment or the engine setup is "
                               "wrong (see the engine logs), not the tuned arguments")
 
@@ -353,6 +430,10 @@ class StudyController:
         dep = self.request.deployment
         trial = study.ask()
         role = trial.user_attrs.get("role", PROPOSED)
+        fidelity = trial.user_attrs.get(mf.FIDELITY, self.request.search_backend)
+        if fidelity != self._phase:  # mf.waiting_real and close_screening keep this from happening
+            raise ConfigError(f"trial {trial.number} is for {fidelity}, asked while measuring on "
+                              f"{self._phase}")
         # A reference runs its exact config; the space's parameters are enqueued equal to it.
         exact = trial.user_attrs.get(resume.ENGINE_CONFIG)
         base = EngineConfig(**exact) if exact else _base_config(role, dep)
@@ -364,22 +445,23 @@ class StudyController:
         if blocking:
             self._tell_rejected(study, campaign_id, trial, role, config, blocking)
             return None
-        key = tuple(sorted(config.explicit().items()))
+        key = (fidelity, tuple(sorted(config.explicit().items())))
         if key in self._seen:  # the sampler repeated a config: reuse its measurement
             first = self._seen[key].trial_number
             trial.set_user_attr("repeat_of", first)
             outcome = self._seen[key].model_copy(update={"trial_number": trial.number})
-            self._finish(study, campaign_id, _InFlight(trial, role, config, [], first), outcome)
+            self._finish(study, campaign_id, _InFlight(trial, role, config, [], fidelity, first),
+                         outcome)
             return None
         spec = TrialSpec(study_name=self.request.study_name, trial_number=trial.number,
                          config=config, deployment=dep, trace=self.request.trace,
-                         slo=self.request.slo, backend=self.request.backend,
+                         slo=self.request.slo, backend=fidelity,
                          seed=self.request.seed, search=self.request.search,
-                         backend_options=self.request.backend_options)
-        log.info("%s trial %d (%s): starting %s", spec.study_name, trial.number, role,
-                 " ".join(config.to_cli_args()))
+                         backend_options=self.request.options_of(fidelity))
+        log.info("%s trial %d (%s, %s): starting %s", spec.study_name, trial.number, role,
+                 fidelity, " ".join(config.to_cli_args()))
         self.executor.submit(spec)
-        return _InFlight(trial, role, config, [v.rule for v in broken], spec=spec)
+        return _InFlight(trial, role, config, [v.rule for v in broken], fidelity, spec=spec)
 
     def _set_constraints(self, trial: OptunaTrial, constraints: dict[str, float]) -> None:
         for name, value in constraints.items():
@@ -396,6 +478,7 @@ class StudyController:
         message = "; ".join(f"{v.rule}: {v.message}" for v in broken)
         self._set_constraints(trial, constraints)
         trial.set_user_attr("role", role)
+        trial.set_user_attr(mf.FIDELITY, self._phase)
         trial.set_user_attr("feasible", False)
         trial.set_user_attr("failure_class", "rule_violation")
         trial.set_user_attr("failure_message", message)
@@ -404,7 +487,7 @@ class StudyController:
         record = TrialRecord(
             number=trial.number, role=role, state="rejected", feasible=False,
             capacity_output_tok_s=0.0, config=config.explicit(), failure_class="rule_violation",
-            failure_message=message, constraints=constraints)
+            failure_message=message, constraints=constraints, fidelity=self._phase)
         self._store(campaign_id, record, capacity_rate_scale=0.0)
         self._tell(study, trial, record)
 
@@ -415,6 +498,7 @@ class StudyController:
         trial = job.trial
         self._set_constraints(trial, constraints)
         trial.set_user_attr("role", job.role)
+        trial.set_user_attr(mf.FIDELITY, job.fidelity)
         trial.set_user_attr("capacity_output_tok_s", outcome.capacity_output_tok_s)
         if job.slow_rules:
             trial.set_user_attr("slow_rules", job.slow_rules)
@@ -428,10 +512,12 @@ class StudyController:
             for key in ("ttft_p99_ms", "tpot_p99_ms", "itl_p99_ms", "e2e_p99_ms"):
                 trial.set_user_attr(key, getattr(outcome.at_capacity, key))
         if outcome.at_recorded_rate is not None:
-            self._seen.setdefault(tuple(sorted(job.config.explicit().items())), outcome)
+            self._seen.setdefault((job.fidelity, tuple(sorted(job.config.explicit().items()))),
+                                  outcome)
         state = "measured" if outcome.at_recorded_rate is not None else "failed"
-        log.info("%s trial %d (%s): %s, capacity %.0f output tok/s%s", self.request.study_name,
-                 trial.number, job.role, state, outcome.capacity_output_tok_s,
+        log.info("%s trial %d (%s, %s): %s, capacity %.0f output tok/s%s",
+                 self.request.study_name, trial.number, job.role, job.fidelity, state,
+                 outcome.capacity_output_tok_s,
                  f" ({outcome.failure_class})" if outcome.failure_class else "")
         latency = outcome.at_capacity or outcome.at_recorded_rate
         record = TrialRecord(
@@ -439,7 +525,7 @@ class StudyController:
             capacity_output_tok_s=outcome.capacity_output_tok_s if feasible else 0.0,
             config=job.config.explicit(), latency=latency.model_dump() if latency else None,
             failure_class=outcome.failure_class, failure_message=outcome.failure_message,
-            constraints=constraints, repeat_of=job.repeat_of)
+            constraints=constraints, repeat_of=job.repeat_of, fidelity=job.fidelity)
         self._store(campaign_id, record, capacity_rate_scale=outcome.capacity_rate_scale,
                     outcome=outcome)
         self._tell(study, trial, record)
@@ -455,16 +541,20 @@ class StudyController:
                outcome: TrialOutcome | None = None) -> None:
         if self._lease is not None:
             self._lease.check()  # never write a result into a campaign another job has taken
-        # A repeat reused a measurement and a rejected config started nothing: no GPU time.
-        gpu_hours = 0.0 if outcome is None or record.repeat_of is not None else budgets.gpu_hours(
-            outcome.start_s, outcome.measure_s, self.request.deployment.tensor_parallel_size)
+        # A repeat reused a measurement and a rejected config started nothing: no GPU time; a
+        # multi-fidelity campaign's screening trial was simulated: it held no GPU either.
+        screening = self.request.screen is not None and record.fidelity == self.request.screen.backend
+        gpu_hours = 0.0 if outcome is None or record.repeat_of is not None or screening \
+            else budgets.gpu_hours(outcome.start_s, outcome.measure_s,
+                                   self.request.deployment.tensor_parallel_size)
         with session_scope(self.engine) as s:
             campaign = s.get(Campaign, campaign_id)
             assert campaign is not None
             campaign.gpu_hours = (campaign.gpu_hours or 0.0) + gpu_hours
             repo.add_trial(
                 s, campaign, number=record.number, role=record.role,
-                engine_config=record.config, state=record.state, feasible=record.feasible,
+                engine_config=record.config, fidelity=record.fidelity, state=record.state,
+                feasible=record.feasible,
                 capacity_output_tok_s=record.capacity_output_tok_s,
                 capacity_rate_scale=capacity_rate_scale, latency=_finite(record.latency),
                 latency_recorded_rate=_finite(outcome.at_recorded_rate.model_dump()

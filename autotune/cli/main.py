@@ -102,7 +102,17 @@ def tune(
     traffic: Annotated[str, typer.Option(help="Traffic profile: chat or batch.")] = "chat",
     trace: Annotated[Path | None, typer.Option(help="Trace file (default: bundled demo).")] = None,
     slo: Annotated[str, typer.Option(help='P99 ceilings, e.g. "ttft_p99<=2s,tpot_p99<=50ms".')] = DEFAULT_SLO,
-    backend: Annotated[str, typer.Option(help="Engine backend: sim or vllm.")] = "sim",
+    backend: Annotated[str | None, typer.Option(
+        help="Engine backend of a one-backend campaign: sim or vllm (default sim).")] = None,
+    screen: Annotated[str | None, typer.Option(
+        help="Multi-fidelity: run the search on this simulator backend (sim), then its best "
+             "configs on the --confirm backend.")] = None,
+    confirm: Annotated[str | None, typer.Option(
+        help="Multi-fidelity: the real backend (vllm) that measures the baselines and the best "
+             "screened configs; only its results are confirmed and published.")] = None,
+    screen_top: Annotated[int | None, typer.Option(
+        help="Multi-fidelity: screened configs measured on the --confirm backend besides the "
+             "baselines (default 3).")] = None,
     executor: Annotated[str, typer.Option(help="inline or ray.")] = "inline",
     parallel: Annotated[int, typer.Option(help="Trials in flight (ray executor).")] = 1,
     ray_address: Annotated[str | None, typer.Option(help="Join this Ray cluster.")] = None,
@@ -113,7 +123,8 @@ def tune(
         help="tpe (constrained TPE), gp (Gaussian process, small budgets; needs torch), "
              "random, or grid (max_num_seqs x max_num_batched_tokens, like vLLM's auto-tune "
              "script).")] = "tpe",
-    trials: Annotated[int, typer.Option(help="Trials to measure, baselines included.")] = 30,
+    trials: Annotated[int, typer.Option(
+        help="Trials to measure, baselines included (with --screen: screening trials).")] = 30,
     seed: Annotated[int, typer.Option(help="Sampler and replay seed.")] = 0,
     max_scale: Annotated[float, typer.Option(help="Highest rate multiplier tried.")] = 1024.0,
     bisect_steps: Annotated[int, typer.Option(help="Bisection steps after the ladder.")] = 3,
@@ -133,7 +144,9 @@ def tune(
 ) -> None:
     """Run a tuning campaign (defaults: the demo deployment on the simulator). The best configs
     are then confirmed: re-run with other arrival seeds, the winner is the one with the best 90%
-    lower confidence bound on capacity."""
+    lower confidence bound on capacity. With --screen sim --confirm vllm the search runs on the
+    simulator, then the baselines and the --screen-top best configs run on real engines, and
+    only those real results are confirmed and published."""
     from autotune.cli.render import LiveTrials
     from autotune.cli.report import print_campaign_result
     from autotune.deployment import DeploymentSpec
@@ -157,7 +170,15 @@ def tune(
         raise ConfigError("--parallel must be at least 1")
     if max_scale < 1 or bisect_steps < 0:
         raise ConfigError("--max-scale must be at least 1 and --bisect-steps at least 0")
-    backend_options = _backend_options(backend, settings, model_path, engine_arg or [])
+    backend, screen_plan = fidelities(backend, screen, confirm, screen_top)
+    backend_options = _backend_options(backend, settings, model_path, engine_arg or [],
+                                       flag="--confirm" if screen_plan else "--backend")
+    screening = None
+    if screen_plan is not None:
+        from autotune.multifidelity import Screening
+
+        screening = Screening(backend=screen_plan[0], top=screen_plan[1],
+                              options=_backend_options(screen_plan[0], settings, None, []))
     plan = confirm_plan(confirm_top, confirm_repeats, seed)
     spec = DeploymentSpec.build(name=deployment, model=model, gpu=gpu, gpu_count=gpus,
                                 tensor_parallel_size=tp or gpus, max_model_len=max_model_len,
@@ -173,11 +194,6 @@ def tune(
                         "logical_gpus": backend == "sim",
                         "logical_gpu_count": settings.ray_logical_gpus}
     runner = load_executor(executor, **exec_options)
-    from autotune.backends import available_backends
-
-    if backend not in available_backends():
-        raise ConfigError(f"unknown backend {backend!r}; available: "
-                          f"{', '.join(available_backends())}")
     engine, url = _db()
     with session_scope(engine) as s:
         try:
@@ -199,7 +215,7 @@ def tune(
                               sampler=sampler, max_trials=trials, seed=seed,
                               search=CapacitySearch(max_scale=max_scale, bisect_steps=bisect_steps,
                                                     max_send_lag_p99_ms=max_send_lag_ms),
-                              backend_options=backend_options, confirm=plan)
+                              backend_options=backend_options, confirm=plan, screen=screening)
     live = LiveTrials(console)
     controller = StudyController(engine, url, request, runner, observer=live,
                                  lease_s=settings.campaign_lease_s)
@@ -215,6 +231,37 @@ def tune(
         print_campaign_result(console, result, url)
 
 
+def fidelities(backend: str | None, screen: str | None, confirm: str | None,
+               screen_top: int | None) -> tuple[str, Any]:
+    """The campaign's backend and, for a multi-fidelity campaign, (screen backend, top K)."""
+    from autotune.backends import backend_class
+
+    if screen is None:
+        if confirm is not None or screen_top is not None:
+            raise ConfigError("--confirm and --screen-top are for a multi-fidelity campaign; give "
+                              "--screen sim too (or tune on one backend with --backend)")
+        backend = backend or "sim"
+        backend_class(backend)  # refuses an unknown name, listing the known ones
+        return backend, None
+    if confirm is None:
+        raise ConfigError(f"--screen {screen} needs --confirm BACKEND, the real engine backend "
+                          "(vllm) that measures the best screened configs")
+    if backend is not None and backend != confirm:
+        raise ConfigError(f"--backend {backend} and --confirm {confirm} disagree; a multi-fidelity "
+                          "campaign's backend is its --confirm backend (leave --backend out)")
+    if not backend_class(screen).simulated:
+        raise ConfigError(f"--screen {screen} is a real engine backend; screening is for a "
+                          f"simulator (sim). To tune on {screen} alone, use --backend {screen}")
+    if backend_class(confirm).simulated:
+        raise ConfigError(f"--confirm {confirm} is a simulator; its numbers cannot confirm the "
+                          "screening's, give a real engine backend (vllm)")
+    top = 3 if screen_top is None else screen_top
+    if top < 1:
+        raise ConfigError("--screen-top must be at least 1: screening picks the configs the real "
+                          "backend measures")
+    return confirm, (screen, top)
+
+
 def confirm_plan(top: int, repeats: int, seed: int) -> Any:
     """The confirmation plan of --confirm-top/--confirm-repeats (None: no confirmation)."""
     from autotune.confirm import ConfirmPlan
@@ -228,15 +275,15 @@ def confirm_plan(top: int, repeats: int, seed: int) -> Any:
 
 
 def _backend_options(backend: str, settings: Any, model_path: str | None,
-                     engine_args: list[str]) -> dict[str, object]:
+                     engine_args: list[str], flag: str = "--backend") -> dict[str, object]:
     """Plain-data options for the backend, resolved here so every worker starts the same."""
     if backend != "vllm":
         if model_path or engine_args:
-            raise ConfigError("--model-path and --engine-arg are for --backend vllm")
+            raise ConfigError(f"--model-path and --engine-arg are for {flag} vllm")
         delay = settings.sim.replay_delay_s
         return {"replay_delay_s": delay} if backend == "sim" and delay else {}
     if not model_path:
-        raise ConfigError("--backend vllm needs --model-path (a local model directory, e.g. one "
+        raise ConfigError(f"{flag} vllm needs --model-path (a local model directory, e.g. one "
                           "made by `autotune models make-tiny DIR`, or a model id)")
     if (model_path.startswith((".", "/")) or Path(model_path).exists()) and not (
             Path(model_path) / "config.json").is_file():
@@ -321,7 +368,8 @@ def campaigns() -> None:
         for c in repo.list_campaigns(s):
             best = repo.best_trial(c)
             decision = f"{c.decision}: {c.decision_note}" if c.decision else "-"
-            table.add_row(c.deployment.name, c.name, c.status, c.backend, str(len(c.trials)),
+            backend = f"{c.screen_backend}->{c.backend}" if c.screen_backend else c.backend
+            table.add_row(c.deployment.name, c.name, c.status, backend, str(len(c.trials)),
                           f"{best.capacity_output_tok_s:,.0f}" if best else "-",
                           f"{c.gpu_hours or 0:.3g}", (c.stop_reason or "-").replace("_", " "),
                           c.started_at.strftime("%Y-%m-%d %H:%M"), decision)

@@ -29,16 +29,17 @@ def _arg(value: Any) -> str:
 
 def trial_table(records: list[TrialRecord], title: str, limit: int | None = None) -> Table:
     table = Table(title=title, title_justify="left", expand=False)
+    shown = records[-limit:] if limit else records
+    mixed = len({r.fidelity for r in shown}) > 1  # a multi-fidelity campaign: say which backend
     for col in ("#", "role", "state", "capacity tok/s", "TTFT p99 ms", "TPOT p99 ms"):
         table.add_column(col, justify="right" if col != "role" and col != "state" else "left")
     for name in TUNED:
         table.add_column(_SHORT[name], justify="right")
-    shown = records[-limit:] if limit else records
     for r in shown:
         lat = r.latency or {}
         state = r.state if r.feasible or r.state != "measured" else "slo miss"
         style = "bold green" if r.feasible else ("dim" if r.state == "rejected" else "red")
-        table.add_row(str(r.number), r.role, state,
+        table.add_row(str(r.number), f"{r.role} ({r.fidelity})" if mixed else r.role, state,
                       f"{r.capacity_output_tok_s:,.0f}" if r.feasible else "-",
                       _ms(lat.get("ttft_p99_ms")), _ms(lat.get("tpot_p99_ms")),
                       *(_arg(r.config.get(n)) for n in TUNED), style=style)

@@ -27,17 +27,19 @@ def _row(t: Trial) -> dict[str, Any]:
 def _record(t: Trial) -> TrialRecord:
     return TrialRecord(number=t.number, role=t.role, state=t.state, feasible=t.feasible,
                        capacity_output_tok_s=t.capacity_output_tok_s, config=t.engine_config,
-                       latency=t.latency, failure_class=t.failure_class)
+                       latency=t.latency, failure_class=t.failure_class, fidelity=t.fidelity)
 
 
 def print_campaign_result(console: Console, campaign: Campaign, url: str) -> None:
-    trials = campaign.trials
+    trials = repo.measured_trials(campaign)  # a screening's simulated ones are not ranked here
     measured = [t for t in trials if t.state != "rejected"]
+    screened = len(campaign.trials) - len(trials)
     console.print(trial_table([_record(t) for t in sorted(
         measured, key=lambda t: -t.capacity_output_tok_s)[:10]],
-        f"Top trials of {campaign.study_name} ({len(measured)} measured, "
+        f"Top trials of {campaign.study_name} ({len(measured)} measured on {campaign.backend}, "
         f"{len(trials) - len(measured)} rejected by interaction rules, "
-        f"{campaign.wall_s or 0:.0f} s)"))
+        + (f"{screened} screened on {campaign.screen_backend}, " if screened else "")
+        + f"{campaign.wall_s or 0:.0f} s)"))
     console.print(spent_line(campaign))
     if campaign.confirmations:
         console.print(confirmation_table(campaign.confirmations))

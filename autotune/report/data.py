@@ -41,6 +41,7 @@ class ReportTrial:
     failure_class: str | None
     failure_message: str | None
     repeat_of: int | None
+    fidelity: str = ""  # the backend that measured it
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ class CampaignReport:
     winner: ReportTrial | None
     comparison: tuple[ConfigColumn, ...]  # winner first, when there is one
     importances: Importances
+    screen_backend: str | None = None  # multi-fidelity: the simulator that screened
 
     def by_state(self, state: str) -> int:
         return sum(1 for t in self.trials if t.state == state)
@@ -124,7 +126,8 @@ def _trial(t: Trial) -> ReportTrial:
         measured_output_tok_s=_float(lat.get("output_tok_s")) if t.latency else None,
         latency_p99_ms={k: _float(lat.get(k)) for k in LATENCY_KEYS},
         config=dict(t.engine_config), constraints={k: _float(v) for k, v in t.constraints.items()},
-        failure_class=t.failure_class, failure_message=t.failure_message, repeat_of=t.repeat_of)
+        failure_class=t.failure_class, failure_message=t.failure_message, repeat_of=t.repeat_of,
+        fidelity=t.fidelity)
 
 
 def _column(label: str, source: str, t: Trial, config: dict[str, Any],
@@ -159,15 +162,16 @@ def _comparison(session: Session, campaign: Campaign) -> tuple[ConfigColumn, ...
                   f"{pub.published_at:%Y-%m-%d}")
         columns.append(_column("incumbent", source, pub.trial, pub.engine_config, campaign))
     for role in BASELINES:
-        base = next((t for t in campaign.trials if t.role == role), None)
+        base = next((t for t in repo.measured_trials(campaign) if t.role == role), None)
         if base is not None:
             columns.append(_column(role, f"trial {base.number}", base, base.engine_config,
                                    campaign))
     return tuple(columns)
 
 
-def importances(storage_url: str, study_name: str) -> Importances:
-    """fANOVA importances of the study's parameters for the objective the sampler saw."""
+def importances(storage_url: str, study_name: str, fidelity: str | None = None) -> Importances:
+    """fANOVA importances of the study's parameters for the objective the sampler saw: with
+    `fidelity` (a multi-fidelity campaign's screening backend), over its trials only."""
     import optuna
 
     try:
@@ -175,6 +179,10 @@ def importances(storage_url: str, study_name: str) -> Importances:
     except KeyError:
         return Importances(note=f"the Optuna study {study_name!r} is not in this database")
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    if fidelity is not None:  # one scale: the real trials' capacities are not comparable
+        complete = [t for t in complete if t.user_attrs.get("fidelity", fidelity) == fidelity]
+        study = optuna.create_study(direction="maximize")
+        study.add_trials(complete)
     if len(complete) < MIN_TRIALS_FOR_IMPORTANCE:
         return Importances(note=f"only {len(complete)} complete trial(s); parameter importances "
                                 f"need at least {MIN_TRIALS_FOR_IMPORTANCE}")
@@ -205,4 +213,5 @@ def gather(session: Session, campaign: Campaign, storage_url: str) -> CampaignRe
         finished_at=campaign.finished_at, wall_s=campaign.wall_s, trials=trials,
         winner=next((t for t in trials if best is not None and t.number == best.number), None),
         comparison=_comparison(session, campaign),
-        importances=importances(storage_url, campaign.study_name))
+        importances=importances(storage_url, campaign.study_name, campaign.screen_backend),
+        screen_backend=campaign.screen_backend)

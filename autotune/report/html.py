@@ -82,7 +82,11 @@ def _summary(report: CampaignReport) -> str:
                        f"{report.traffic_profile} traffic"),
         ("SLO", _slo(report)),
         ("Trace", f"{report.trace_ref} (digest {report.trace_digest})"),
-        ("Backend / executor", f"{report.backend} / {report.executor}"),
+        ("Backend / executor", (f"screened on {report.screen_backend} "
+                                f"({sum(t.fidelity == report.screen_backend for t in report.trials)}"
+                                f" trials), then {report.backend}; only {report.backend} results "
+                                "are ranked and published" if report.screen_backend
+                                else report.backend) + f" / {report.executor}"),
         ("Search space, seed", f"{report.search_space}, seed {report.seed}"),
         ("Optuna study", report.study_name),
         ("Trials", trials),
@@ -149,7 +153,8 @@ def _trials(report: CampaignReport) -> str:
         message = t.failure_message or ""
         if t.repeat_of is not None:
             message = f"repeat of trial {t.repeat_of}; {message}".rstrip("; ")
-        cells = [_td(t.number), _td(t.role, "l"), _td(t.state + ("" if t.feasible or
+        role = f"{t.role} ({t.fidelity})" if report.screen_backend else t.role
+        cells = [_td(t.number), _td(role, "l"), _td(t.state + ("" if t.feasible or
                                                                   t.state == "rejected" else
                                                                   " (infeasible)"), "state l"),
                  _td("yes" if t.feasible else "no"),

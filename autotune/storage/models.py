@@ -80,6 +80,10 @@ class Campaign(Base):
     decision: Mapped[str | None] = mapped_column(String(30), nullable=True)
     decision_note: Mapped[str | None] = mapped_column(Text, nullable=True)
     decided_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # Multi-fidelity (autotune.multifidelity): the simulator that screened the search space
+    # and how many of its best configs `backend` measured; None for a one-backend campaign.
+    screen_backend: Mapped[str | None] = mapped_column(String(50), nullable=True)
+    screen_top: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     deployment: Mapped[Deployment] = relationship(back_populates="campaigns")
     trials: Mapped[list[Trial]] = relationship(back_populates="campaign",
@@ -96,6 +100,9 @@ class Trial(Base):
     campaign_id: Mapped[int] = mapped_column(ForeignKey("autotune_campaigns.id"))
     number: Mapped[int] = mapped_column(Integer)  # Optuna's trial number
     role: Mapped[str] = mapped_column(String(30))  # vllm-default, guide-heuristic, proposed
+    # The backend that measured it: the campaign's backend, or its screen_backend for a
+    # screening trial (never published, never compared with the others' capacities).
+    fidelity: Mapped[str] = mapped_column(String(50))
     engine_config: Mapped[dict[str, Any]] = mapped_column(JSON)
     # measured: ran and was measured; rejected: broke an interaction rule, no engine started;
     # failed: the engine or the worker failed

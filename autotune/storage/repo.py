@@ -82,8 +82,14 @@ def list_campaigns(session: Session) -> list[Campaign]:
     return list(session.scalars(select(Campaign).order_by(Campaign.started_at)))
 
 
+def measured_trials(campaign: Campaign) -> list[Trial]:
+    """The trials measured by the campaign's backend: all of them, except a multi-fidelity
+    campaign's screening trials (simulated: never published, never ranked with real ones)."""
+    return [t for t in campaign.trials if t.fidelity == campaign.backend]
+
+
 def best_trial(campaign: Campaign) -> Trial | None:
-    feasible = [t for t in campaign.trials if t.feasible]
+    feasible = [t for t in measured_trials(campaign) if t.feasible]
     return max(feasible, key=lambda t: t.capacity_output_tok_s) if feasible else None
 
 
@@ -100,6 +106,7 @@ def winner_trial(campaign: Campaign) -> Trial | None:
 
 
 def add_trial(session: Session, campaign: Campaign, **values: Any) -> Trial:
+    values.setdefault("fidelity", campaign.backend)
     trial = Trial(campaign_id=campaign.id, finished_at=now(), **values)
     session.add(trial)
     session.flush()

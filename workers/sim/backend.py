@@ -99,6 +99,7 @@ class SimulatorBackend(EngineBackend):
     """
 
     name = "sim"
+    simulated = True
 
     def __init__(self, skip_decode_runs: bool = True, profile: str | None = None,
                  cpu_kvcache_space_gib: float = 1.0, replay_delay_s: float = 0.0) -> None:
