@@ -72,8 +72,9 @@ _RULES = {"hot": f"max_tokens (else output tokens) <= {HOT_MAX_TOKENS}",
 
 def parse_paths(value: str) -> dict[str, tuple[str, ...]]:
     """The path set of `--paths`: {path: the guide's paths it holds}."""
-    key = ",".join(p.strip() for p in value.split(",") if p.strip())
-    if key not in PATH_SETS:
+    asked = {p.strip() for p in value.split(",") if p.strip()}
+    key = ",".join(p for p in PATH_NAMES if p in asked)  # in the guide's order
+    if key not in PATH_SETS or asked - set(PATH_NAMES):
         raise ConfigError(f"--paths {value!r} is not a path split; use hot,cold (warm folded "
                           "into cold) or hot,warm,cold")
     return PATH_SETS[key]
