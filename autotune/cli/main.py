@@ -231,7 +231,8 @@ def tune(
         for r in (request, *path_requests):
             found = existing(s, r)
             if found is not None and found.status == "completed":
-                done[r.study_name] = found.id
+                done[r.study_name] = found.id  # reported as it is
+                continue
             # Any other status: the controller resumes it, unless a live job still runs it.
             repo.ensure_deployment(s, r.deployment)
         s.rollback()  # only a check here (of every deployment, before any is written)
