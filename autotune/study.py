@@ -9,10 +9,16 @@ search stops at max_trials, or when the budget (GPU-hours, deadline) is spent; t
 configs are confirmed (autotune.confirm) on the same executor. A multi-fidelity campaign
 screens on the simulator first and measures its best configs for real in between
 (autotune.multifidelity).
+
+Comparison configs (`CampaignRequest.compare`, e.g. a per-path campaign's single whole-trace
+config, autotune.per_path) are then measured with the confirmation's seeds on this campaign's
+trace and SLO, outside the search: they need not lie in its space and never win; their results
+go to the study's user attribute `autotune:compare` (see `comparisons`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -51,6 +57,7 @@ ASKS_PER_TRIAL = 10  # cap on asks (rejections and repeats are free) per measure
 MAX_INFRA_FAILURES_IN_A_ROW = 3  # then the cluster, not the configs, is what fails
 INFRA_FAILURES = ("infrastructure", "worker_error")
 ENGINE_FAILURES = ("oom", "invalid_args", "start_timeout", "start_failed", "engine_crash")
+COMPARE_ATTR = "autotune:compare"  # study user attr: the comparison configs' results
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,10 @@ class CampaignRequest:
     period: str | None = None  # the quarter of a `quarterly` campaign
     # Multi-fidelity: the search runs on screen.backend, then its best configs on `backend`.
     screen: mf.Screening | None = None
+    # Measured beside the confirmation, outside the search (module docstring).
+    compare: tuple[Reference, ...] = ()
+    # Set on the Optuna study (e.g. a path campaign's path and parent, autotune.per_path).
+    study_attrs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def study_name(self) -> str:
@@ -147,6 +158,19 @@ def _finite(value: Any) -> Any:
     if isinstance(value, list):
         return [_finite(v) for v in value]
     return value
+
+
+def _compare_doc(c: confirm.Confirmed) -> dict[str, Any]:
+    return _finite({"role": c.candidate.role, "engine_config": dict(c.candidate.config),
+                    "seeds": list(c.seeds), "samples": list(c.samples),
+                    "failures": list(c.failures), "n": c.stats.n,
+                    "mean_output_tok_s": c.stats.mean, "std_output_tok_s": c.stats.std,
+                    "lcb_output_tok_s": c.stats.lcb, "gpu_hours": c.gpu_hours})
+
+
+def comparisons(study: optuna.Study) -> list[dict[str, Any]]:
+    """What `_compare` stored on a finished study (empty if it compared nothing)."""
+    return list(study.user_attrs.get(COMPARE_ATTR, []))
 
 
 def _base_config(role: str, dep: DeploymentSpec) -> EngineConfig:
@@ -213,6 +237,8 @@ class StudyController:
         study.set_user_attr("slo", str(self.request.slo))
         study.set_user_attr("sampler", self.plan.name)
         study.set_user_attr("deployment", self.request.deployment.name)
+        for key, value in self.request.study_attrs.items():
+            study.set_user_attr(key, value)
         resume.ensure_references(study, self.reference_params)  # before the baselines
         resume.ensure_baselines(study, self.baseline_params)
         return study
@@ -305,7 +331,7 @@ class StudyController:
                         row.stop_reason = self.stop_reason
             if r.screen is not None:
                 self._measure_real(study, campaign_id)
-            self._confirm(campaign_id)
+            self._confirm(campaign_id, study)
             status, message = "completed", None
         except BaseException as exc:
             message = f"{type(exc).__name__}: {exc}"
@@ -370,11 +396,16 @@ class StudyController:
     def _budget_spent(self) -> str | None:
         return self.request.budget.spent(self.gpu_hours, time.time())
 
-    def _confirm(self, campaign_id: int) -> None:
-        """Re-run the best configs (and the incumbent) with other seeds; store the results and
-        why the search stopped in one transaction."""
+    def _confirm(self, campaign_id: int, study: optuna.Study) -> None:
+        """Re-run the best configs (and the incumbent) with other seeds, then measure the
+        comparison configs; store the results and why the search stopped in one transaction."""
         r = self.request
         confirmed: list[confirm.Confirmed] = []
+        template = TrialSpec(study_name=r.study_name, trial_number=0,
+                             config=EngineConfig(**deployment_args(r.deployment)),
+                             deployment=r.deployment, trace=r.trace, slo=r.slo,
+                             backend=r.backend, seed=r.seed, search=r.search,
+                             backend_options=r.backend_options)
         if r.confirm is not None:
             rows = [confirm.TrialRow(number=t.number, role=t.role, state=t.state,
                                      feasible=t.feasible,
@@ -382,20 +413,31 @@ class StudyController:
                                      config=dict(t.config), repeat_of=t.repeat_of)
                     for t in self.records if t.fidelity == r.backend]  # never a screening one
             chosen = confirm.candidates(rows, r.confirm.top)
-            template = TrialSpec(study_name=r.study_name, trial_number=0,
-                                 config=EngineConfig(**deployment_args(r.deployment)),
-                                 deployment=r.deployment, trace=r.trace, slo=r.slo,
-                                 backend=r.backend, seed=r.seed, search=r.search,
-                                 backend_options=r.backend_options)
             confirmed = confirm.run(self.executor, template, chosen, r.confirm)
+        compared = self._compare(template)
         if self._lease is not None:
             self._lease.check()
+        if r.compare:  # before our row: a job killed in between confirms and compares afresh
+            study.set_user_attr(COMPARE_ATTR, [_compare_doc(c) for c in compared])
         with session_scope(self.engine) as s:
             row = s.get(Campaign, campaign_id)
             assert row is not None
             row.stop_reason = self.stop_reason
             if r.confirm is not None:
                 confirm.save(s, row, confirmed)
+            row.gpu_hours = (row.gpu_hours or 0.0) + sum(c.gpu_hours for c in compared)
+
+    def _compare(self, template: TrialSpec) -> list[confirm.Confirmed]:
+        """Measure the comparison configs with the confirmation's seeds (without confirmation,
+        once with the search's seed, beside the best single measurement)."""
+        r = self.request
+        if not r.compare:
+            return []
+        plan = r.confirm or ConfirmPlan(top=0, repeats=1, base_seed=r.seed - 1)
+        chosen = [confirm.Candidate(trial_number=-1 - i, role=ref.role, config=dict(ref.config),
+                                    search_output_tok_s=0.0) for i, ref in enumerate(r.compare)]
+        ran = confirm.run(self.executor, template, chosen, plan)
+        return [dataclasses.replace(c, winner=False) for c in ran]  # a comparison never wins
 
     def _requeue_in_flight(self, study: optuna.Study, in_flight: dict[int, _InFlight]) -> None:
         """Never leave a RUNNING trial behind: a later `tune` runs these parameters again."""

@@ -141,12 +141,28 @@ def tune(
              "measurement).")] = 3,
     confirm_repeats: Annotated[int, typer.Option(
         help="Re-runs per confirmed config, each with another arrival seed (at least 2).")] = 3,
+    per_path: Annotated[bool, typer.Option(
+        "--per-path", help="Also tune one config per traffic path (hot / cold, the tuning "
+                           "guide's separation), each as deployment DEPLOYMENT.PATH; --trials "
+                           "applies to each campaign.")] = False,
+    paths: Annotated[str | None, typer.Option(
+        help="With --per-path: hot,cold (default; warm folded into cold) or hot,warm,cold "
+             "(implies --per-path).")] = None,
+    slo_hot: Annotated[str | None, typer.Option(help="The hot path's SLO (default --slo).")] = None,
+    slo_warm: Annotated[str | None, typer.Option(help="The warm path's SLO (default --slo).")] = None,
+    slo_cold: Annotated[str | None, typer.Option(help="The cold path's SLO (default --slo).")] = None,
+    min_path_requests: Annotated[int, typer.Option(
+        help="A path with fewer requests is not tuned (it keeps the single config).")] = 50,
 ) -> None:
     """Run a tuning campaign (defaults: the demo deployment on the simulator). The best configs
     are then confirmed: re-run with other arrival seeds, the winner is the one with the best 90%
     lower confidence bound on capacity. With --screen sim --confirm vllm the search runs on the
     simulator, then the baselines and the --screen-top best configs run on real engines, and
-    only those real results are confirmed and published."""
+    only those real results are confirmed and published.
+    With --per-path, then one campaign per traffic path on its sub-trace (hot: the chat space,
+    cold: the batch space, unless --space), each compared with the whole trace's winner
+    measured on the same sub-trace."""
+    from autotune import per_path as pp
     from autotune.cli.render import LiveTrials
     from autotune.cli.report import print_campaign_result
     from autotune.deployment import DeploymentSpec
@@ -185,6 +201,15 @@ def tune(
                                 traffic_profile=traffic)
     space_name = space_name_for(spec, space)
     make_sampler(sampler, deployment_space(space_name, spec), seed=seed)  # refuse bad input now
+    path_slos = {"hot": slo_hot, "warm": slo_warm, "cold": slo_cold}
+    per_path = per_path or paths is not None
+    if not per_path and any(path_slos.values()):
+        raise ConfigError("--slo-hot, --slo-warm and --slo-cold are for --per-path")
+    groups = pp.parse_paths(paths or pp.DEFAULT_PATHS) if per_path else {}
+    for name, value in path_slos.items():
+        if value and name not in groups:
+            raise ConfigError(f"--slo-{name}: {name} is no path of --paths "
+                              f"{','.join(groups)} (warm is folded into cold)")
     trace_path = trace or DEMO_TRACE
     loaded = load_trace(trace_path)
     exec_options: dict[str, object] = {}
@@ -193,22 +218,12 @@ def tune(
         exec_options = {"address": ray_address or settings.ray_address,
                         "logical_gpus": backend == "sim",
                         "logical_gpu_count": settings.ray_logical_gpus}
-    runner = load_executor(executor, **exec_options)
-    engine, url = _db()
-    with session_scope(engine) as s:
-        try:
-            existing = repo.find_campaign(s, campaign, deployment)
-        except AutotuneError:
-            existing = None
-        if existing is not None:
-            if existing.status == "completed":
-                console.print(f"campaign {campaign!r} of deployment {deployment!r} already "
-                              "completed; its result:")
-                print_campaign_result(console, existing, url)
-                return
-            # Any other status: the controller resumes it, unless a live job still runs it.
-        repo.ensure_deployment(s, spec)
-        s.rollback()  # only a check here; the controller writes it
+    load_executor(executor, **exec_options)  # refuse an unknown executor now
+    from autotune.backends import available_backends
+
+    if backend not in available_backends():
+        raise ConfigError(f"unknown backend {backend!r}; available: "
+                          f"{', '.join(available_backends())}")
     request = CampaignRequest(deployment=spec, campaign=campaign, slo=slo_parsed, trace=loaded,
                               trace_ref=str(Path(trace_path).resolve()), backend=backend,
                               executor=executor, parallel=parallel, search_space=space_name,
@@ -216,19 +231,93 @@ def tune(
                               search=CapacitySearch(max_scale=max_scale, bisect_steps=bisect_steps,
                                                     max_send_lag_p99_ms=max_send_lag_ms),
                               backend_options=backend_options, confirm=plan, screen=screening)
-    live = LiveTrials(console)
-    controller = StudyController(engine, url, request, runner, observer=live,
-                                 lease_s=settings.campaign_lease_s)
-    try:
-        campaign_id = controller.run()
-    finally:
-        live.close()
+    plans: list[Any] = []
+    path_requests: list[CampaignRequest] = []
+    if per_path:
+        plans = pp.plan_paths(loaded, groups, min_requests=min_path_requests)
+        path_requests = pp.path_requests(request, plans, space=space, slos={
+            name: parse_slo(value) for name, value in path_slos.items() if value})
+        for sub in path_requests:
+            make_sampler(sampler, deployment_space(sub.search_space, sub.deployment), seed=seed)
+    engine, url = _db()
     from autotune.storage.models import Campaign
 
+    def existing(s: Any, r: CampaignRequest) -> Any:
+        try:
+            return repo.find_campaign(s, r.campaign, r.deployment.name)
+        except AutotuneError:
+            return None
+
+    done: dict[str, int] = {}
+    with session_scope(engine) as s:
+        for r in (request, *path_requests):
+            found = existing(s, r)
+            if found is not None and found.status == "completed":
+                done[r.study_name] = found.id  # reported as it is
+                continue
+            # Any other status: the controller resumes it, unless a live job still runs it.
+            repo.ensure_deployment(s, r.deployment)
+        s.rollback()  # only a check here (of every deployment, before any is written)
+
+    def run(r: CampaignRequest) -> int:
+        if r.study_name in done:
+            console.print(f"campaign {r.campaign!r} of deployment {r.deployment.name!r} already "
+                          "completed" + ("; its result:" if not per_path else ""))
+            return done[r.study_name]
+        live = LiveTrials(console)
+        controller = StudyController(engine, url, r, load_executor(executor, **exec_options),
+                                     observer=live, lease_s=settings.campaign_lease_s)
+        try:
+            return controller.run()
+        finally:
+            live.close()
+
+    campaign_id = run(request)
     with session_scope(engine) as s:
         result = s.get(Campaign, campaign_id)
         assert result is not None
         print_campaign_result(console, result, url)
+        single = pp.single_config(result)
+    if per_path:
+        _tune_paths(plans, path_requests, single, run, engine, url, spec.name)
+
+
+def _tune_paths(plans: list[Any], requests: list[Any], single: dict[str, Any] | None,
+                run: Any, engine: Any, url: str, parent: str) -> None:
+    """Run each tuned path's campaign (the single config measured beside it), then print the
+    paths beside the single config. `requests` are the tuned plans' (same order)."""
+    import optuna
+
+    from autotune import per_path as pp
+    from autotune.cli.render import per_path_table
+    from autotune.engine_config import EngineConfig
+    from autotune.storage.db import session_scope
+    from autotune.storage.models import Campaign
+    from autotune.study import comparisons
+
+    for plan in plans:
+        if plan.skipped:
+            console.print(f"path {plan.path}: not tuned: {plan.skipped}", soft_wrap=True)
+    tuned = dict(zip([p.path for p in plans if p.trace is not None], requests, strict=True))
+    ids = {path: run(pp.with_single_config(r, single)) for path, r in tuned.items()}
+    summaries = []
+    with session_scope(engine) as s:
+        for plan in plans:
+            if plan.path not in tuned:
+                summaries.append(pp.summarise(None, plan, parent, []))
+                continue
+            study = optuna.load_study(study_name=tuned[plan.path].study_name, storage=url)
+            summaries.append(pp.summarise(s.get(Campaign, ids[plan.path]), plan, parent,
+                                          comparisons(study)))
+        s.rollback()  # read only
+    console.print(per_path_table(summaries))
+    for row in summaries:
+        if row.winner_config:
+            console.print(f"{row.deployment} (path {row.path}) engine arguments:")
+            console.print("  " + " ".join(EngineConfig(**row.winner_config).to_cli_args()),
+                          soft_wrap=True)
+    console.print(f"\nPublish every path's config: autotune publish --campaign "
+                  f"{requests[0].campaign} --deployment {parent} --per-path", soft_wrap=True)
 
 
 def fidelities(backend: str | None, screen: str | None, confirm: str | None,
@@ -311,6 +400,9 @@ def publish(
              "else this quarter).")] = None,
     by: Annotated[str | None, typer.Option(help="Who publishes (default: $USER).")] = None,
     note: Annotated[str | None, typer.Option(help="A note kept with the publication.")] = None,
+    per_path: Annotated[bool, typer.Option(
+        "--per-path", help="Publish each path's winner of a --per-path campaign as deployment "
+                           "DEPLOYMENT.PATH (all or none).")] = False,
 ) -> None:
     """Publish a campaign's best feasible trial (or a given one) as the deployment's config."""
     import getpass
@@ -320,6 +412,23 @@ def publish(
     from autotune.storage.db import session_scope
 
     engine, _ = _db()
+    if per_path:
+        if trial is not None:
+            raise ConfigError("--trial names one trial of one campaign; publish a path's trial "
+                              "with --deployment DEPLOYMENT.PATH --trial N")
+        from autotune.per_path import publish_paths
+
+        with session_scope(engine) as s:
+            lines = [(f"published trial {pub.trial.number} of campaign {pub.campaign.name!r} "
+                      f"for deployment {pub.deployment.name!r} ({pub.period_label}):",
+                      " ".join(EngineConfig(**pub.engine_config).to_cli_args()))
+                     for pub in publish_paths(s, campaign, deployment=deployment,
+                                              period_label=period,
+                                              published_by=by or getpass.getuser(), note=note)]
+        for done, args in lines:  # after the commit, as below
+            console.print(done)
+            console.print("  " + args, soft_wrap=True)
+        return
     with session_scope(engine) as s:
         pub = publish_campaign(s, campaign, deployment=deployment, trial_number=trial,
                                period_label=period, published_by=by or getpass.getuser(), note=note)

@@ -119,3 +119,33 @@ def comparison_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
     for name in TUNED + ("max_model_len", "tensor_parallel_size"):
         line(name, lambda r, n=name: _arg(r["config"].get(n)))
     return table
+
+
+def per_path_table(rows: list[Any]) -> Table:
+    """One column per path (autotune.per_path.PathSummary): its config beside the whole
+    trace's single config measured on the same sub-trace and seeds."""
+    table = Table(title="Per-path configs beside the single config (capacity on each path's "
+                        "sub-trace: confirmed mean, same seeds)", title_justify="left")
+    table.add_column("")
+    for r in rows:
+        table.add_column(r.path, justify="right")
+
+    def line(name: str, fn: Any) -> None:
+        table.add_row(name, *(fn(r) for r in rows))
+
+    def tok_s(value: float | None) -> str:
+        return "-" if value is None else f"{value:,.0f}"
+
+    line("deployment", lambda r: r.deployment)
+    line("requests", lambda r: f"{r.requests} of {r.of_requests} ({r.requests / r.of_requests:.0%})"
+         if r.of_requests else "0")
+    line("search space", lambda r: r.space or "-")
+    line("SLO", lambda r: r.slo or "-")
+    line("winner trial", lambda r: "not tuned" if r.skipped else (
+        "none feasible" if r.winner_trial is None else str(r.winner_trial)))
+    line("per-path (output tok/s)", lambda r: tok_s(r.winner_output_tok_s))
+    line("single config (output tok/s)", lambda r: tok_s(r.single_output_tok_s))
+    line("per-path gain", lambda r: "-" if r.gain_pct is None else f"{r.gain_pct:+.1f}%")
+    for name in TUNED:
+        line(name, lambda r, n=name: _arg((r.winner_config or {}).get(n)))
+    return table

@@ -18,10 +18,18 @@ PATH_NAMES = ("hot", "warm", "cold")
 def split_by_path(trace: Trace, *, hot_max_tokens: int = 512,
                   warm_min_share: float = 0.01) -> dict[str, Trace]:
     """{path: sub-trace} for every path that has requests."""
+    return split_into(trace, {name: (name,) for name in PATH_NAMES},
+                      hot_max_tokens=hot_max_tokens, warm_min_share=warm_min_share)
+
+
+def split_into(trace: Trace, groups: dict[str, tuple[str, ...]], *, hot_max_tokens: int = 512,
+               warm_min_share: float = 0.01) -> dict[str, Trace]:
+    """{group: sub-trace} for every group that has requests, a group being the union of some
+    paths (e.g. {"hot": ("hot",), "cold": ("warm", "cold")}); requests keep their order."""
     labels = np.asarray(paths(trace, hot_max_tokens=hot_max_tokens, warm_min_share=warm_min_share))
     out: dict[str, Trace] = {}
-    for name in PATH_NAMES:
-        index = np.flatnonzero(labels == name)
+    for name, members in groups.items():
+        index = np.flatnonzero(np.isin(labels, members))
         if len(index):
             out[name] = trace.take(index, f"{trace.name}-{name}")
     return out
