@@ -4,10 +4,15 @@
   constraints every trial reports (`trial.set_constraint`), so crashes, start failures, SLO
   misses and rule breakers steer it away; a constant liar keeps parallel asks apart.
 - `gp`: Optuna's GPSampler (a Gaussian process with constrained expected improvement), for small
-  budgets. It reads the same constraints. It needs PyTorch, an optional dependency
+  budgets. It reads the same constraints. It needs PyTorch and SciPy, optional dependencies
   (`pip install 'autotune[gp]'`): the tuner itself does not, and a plain `torch` install pulls
   a multi-gigabyte CUDA build onto machines that only run the tuner.
 - `random`: uniform over the space; ignores constraints (a baseline).
+- Both model-based samplers propose distinct configs (`DistinctProposals`): over a discrete
+  space they converge on their current best and propose it again and again, and every repeat
+  costs an ask and adds a duplicate point to their model. A repeated proposal is re-drawn a
+  few times and otherwise replaced by an unmeasured neighbour (one parameter one step away),
+  which is local search around what the model thinks best.
 - `grid`: vLLM's auto-tune script: a grid over `max_num_seqs` x `max_num_batched_tokens` (the
   space's grid values of those two, see `Param.grid`), every other argument at the baseline's
   value (vLLM's defaults for proposals). Points are visited in a seeded random order rather
@@ -18,12 +23,21 @@
 from __future__ import annotations
 
 import importlib.util
+import random
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import optuna
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
 from optuna.samplers import BaseSampler, GridSampler
+from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import ConfigError
@@ -35,6 +49,11 @@ GRID_PARAMS = ("max_num_seqs", "max_num_batched_tokens")
 # Trials sampled independently (baselines included) before the model-based samplers model
 # anything: with budgets of 20-40 trials, about a fifth of the budget.
 STARTUP_TRIALS = 8
+REDRAWS = 3  # fresh draws from the model before a repeated proposal is replaced by a neighbour
+MAX_NEIGHBOURS = 5000  # configs looked at for a free neighbour before a repeat is let through
+# A trial in these states holds its config: measured, being measured, or queued to be.
+_TAKEN_STATES = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING)
+Key = tuple[tuple[str, Any], ...]
 
 
 @dataclass(frozen=True)
@@ -55,6 +74,107 @@ class _AskTellGridSampler(GridSampler):
         return None
 
 
+class DistinctProposals(BaseSampler):
+    """A model-based sampler that proposes configs no trial holds yet (see the module notes).
+
+    Only the relative (model-based) proposal is checked: during the independent start-up
+    trials repeats are rare and cheap. A config is its active parameters (a conditional one
+    counts only where its condition holds), compared with the parameters of every trial that
+    is measured, running or queued, so parallel asks stay apart too."""
+
+    def __init__(self, inner: BaseSampler, space: SearchSpace, *, seed: int) -> None:
+        self._inner, self._space = inner, space
+        self._rng = random.Random(seed)
+
+    @property
+    def inner(self) -> BaseSampler:
+        return self._inner
+
+    def infer_relative_search_space(self, study: Study,
+                                    trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return self._inner.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study: Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        params = self._inner.sample_relative(study, trial, search_space)
+        if not params:
+            return params
+        taken = {tuple(sorted(t.params.items()))
+                 for t in study.get_trials(deepcopy=False, states=_TAKEN_STATES)}
+        for _ in range(REDRAWS):
+            if self._key(params) not in taken:
+                return params
+            params = self._inner.sample_relative(study, trial, search_space)
+        if self._key(params) not in taken:
+            return params
+        return self._neighbour(params, search_space, taken) or params  # the space is spent
+
+    def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        return self._inner.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        self._inner.before_trial(study, trial)
+
+    def after_trial(self, study: Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
+        self._inner.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self._inner.reseed_rng()
+        self._rng.seed()
+
+    def _key(self, params: dict[str, Any]) -> Key | None:
+        """The config these parameters make (active ones only); None if one is missing."""
+        chosen: dict[str, Any] = {}
+        for p in self._space.params:
+            if self._space.is_active(p, chosen):
+                if p.name not in params:
+                    return None  # sampled later, independently: cannot tell
+                chosen[p.name] = params[p.name]
+        return tuple(sorted(chosen.items()))
+
+    def _neighbour(self, params: dict[str, Any], search_space: dict[str, BaseDistribution],
+                   taken: set[Key]) -> dict[str, Any] | None:
+        """The nearest config no trial holds: breadth-first over one-parameter steps, at
+        random within each distance, up to MAX_NEIGHBOURS candidates looked at."""
+        shell, visited = [params], {self._key(params)}
+        while shell and len(visited) < MAX_NEIGHBOURS:
+            moves = [{**base, name: value} for base in shell
+                     for name, dist in search_space.items() if name in base
+                     for value in _steps(dist, base[name])]
+            self._rng.shuffle(moves)
+            shell = []
+            for candidate in moves:
+                key = self._key(candidate)
+                if key is None or key in visited:
+                    continue
+                if key not in taken:
+                    return candidate
+                visited.add(key)
+                shell.append(candidate)
+        return None
+
+
+def _steps(dist: BaseDistribution, value: Any) -> list[Any]:
+    """The values one step from `value`: the next choices in the listed order (spaces list
+    numbers in ascending order), or one step (a tenth of the range without one) either way."""
+    if isinstance(dist, CategoricalDistribution):
+        i = dist.choices.index(value)
+        return [dist.choices[j] for j in (i - 1, i + 1) if 0 <= j < len(dist.choices)]
+    if isinstance(dist, IntDistribution | FloatDistribution):
+        if dist.log:
+            factor = (dist.high / dist.low) ** 0.1
+            out = [value / factor, value * factor]
+        else:
+            step = dist.step or (dist.high - dist.low) / 10
+            out = [value - step, value + step]
+        out = [v for v in out if dist.low <= v <= dist.high]
+        # Back onto the distribution's grid: Optuna drops a relative value it does not contain.
+        return [round(v) if isinstance(dist, IntDistribution) else round(v, 9) for v in out]
+    return []
+
+
 def grid_space(space: SearchSpace) -> SearchSpace:
     """The `grid` sampler's space: the search space reduced to GRID_PARAMS."""
     missing = [n for n in GRID_PARAMS if n not in space.param_names]
@@ -72,14 +192,16 @@ def make_sampler(name: str, space: SearchSpace, *, seed: int, parallel: int = 1)
             tpe = optuna.samplers.TPESampler(
                 seed=seed, multivariate=True, group=True, constant_liar=parallel > 1,
                 n_startup_trials=STARTUP_TRIALS)
-        return SamplerPlan(name, tpe, space)
+        return SamplerPlan(name, DistinctProposals(tpe, space, seed=seed), space)
     if name == "gp":
-        if importlib.util.find_spec("torch") is None:
-            raise ConfigError("--sampler gp needs PyTorch (Optuna's GPSampler runs on it): "
-                              "pip install 'autotune[gp]' (torch==2.13.0, a CPU wheel), or "
-                              "choose --sampler tpe")
-        return SamplerPlan(name, optuna.samplers.GPSampler(
-            seed=seed, n_startup_trials=STARTUP_TRIALS), space)
+        # Both are imported lazily by Optuna, only once the GP models something: check now.
+        missing = [m for m in ("torch", "scipy") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise ConfigError(f"--sampler gp needs {' and '.join(missing)} (Optuna's GPSampler "
+                              "runs on them): pip install 'autotune[gp]' (torch==2.13.0, a CPU "
+                              "wheel, and scipy), or choose --sampler tpe")
+        gp = optuna.samplers.GPSampler(seed=seed, n_startup_trials=STARTUP_TRIALS)
+        return SamplerPlan(name, DistinctProposals(gp, space, seed=seed), space)
     if name == "random":
         return SamplerPlan(name, optuna.samplers.RandomSampler(seed=seed), space)
     if name == "grid":
