@@ -114,7 +114,7 @@ def references(session: Session, deployment: Deployment, campaign: str) -> tuple
         Campaign.name != campaign).order_by(Campaign.id.desc()))]
     if earlier:
         prev = earlier[0]
-        winner = repo.winner_trial(prev)
+        winner = repo.choose_winner(prev).trial
         if winner is not None:
             add(f"{prev.name}:winner", WARM_START, winner.engine_config)
         best = sorted((t for t in prev.trials if t.feasible and t.repeat_of is None),
@@ -149,7 +149,9 @@ def decide(session: Session, campaign: Campaign, *, margin_pct: float, period: s
            published_by: str) -> Decision:
     """Publish the confirmed winner or keep the incumbent; the decision, its note and any
     publication are written in the caller's transaction, together."""
-    winner = repo.confirmed_winner(campaign)
+    # The decision compares confirmed capacities: a winner without a confirmation row (none
+    # ran, or none held up) is no winner here.
+    winner = repo.choose_winner(campaign).confirmation
     inc_trial, inc_conf = _incumbent(campaign)
     stop = (campaign.stop_reason or "the budget").replace("_", " ")
     publish = False
