@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -46,21 +46,6 @@ def period_of(value: str | None, now: datetime) -> str:
     if not _PERIOD.fullmatch(value):
         raise ConfigError(f"--period {value!r} is not a quarter label; use e.g. 2026Q4")
     return value
-
-
-def parse_deadline(value: str | None, now: datetime) -> float | None:
-    """An ISO 8601 time (UTC where no zone is given) as epoch seconds; it must be ahead."""
-    if value is None:
-        return None
-    try:
-        when = datetime.fromisoformat(value)
-    except ValueError:
-        raise ConfigError(f"--deadline {value!r} is not an ISO 8601 time, e.g. "
-                          "2026-10-03T18:00:00+00:00") from None
-    when = when if when.tzinfo else when.replace(tzinfo=UTC)
-    if when <= now:
-        raise ConfigError(f"--deadline {when.isoformat()} has already passed")
-    return when.timestamp()
 
 
 def period_campaigns(session: Session, deployment: Deployment, period: str) -> list[Campaign]:
