@@ -141,12 +141,22 @@ def publications(session: Session, deployment: Deployment) -> list[Publication]:
         .order_by(Publication.published_at.desc(), Publication.id.desc())))
 
 
-def current_publication(session: Session, deployment: Deployment) -> Publication:
-    pubs = publications(session, deployment)
-    if not pubs:
+def current_publication_key(session: Session, deployment: Deployment) -> tuple[int, datetime]:
+    """The current publication's id and time, one small query (what an ETag needs)."""
+    found = session.execute(
+        select(Publication.id, Publication.published_at)
+        .where(Publication.deployment_id == deployment.id)
+        .order_by(Publication.published_at.desc(), Publication.id.desc()).limit(1)).first()
+    if found is None:
         raise NotFoundError(f"deployment {deployment.name!r} has no published config yet; "
                             "publish one with `autotune publish --campaign NAME`")
-    return pubs[0]
+    return int(found[0]), found[1]
+
+
+def current_publication(session: Session, deployment: Deployment) -> Publication:
+    pub = session.get(Publication, current_publication_key(session, deployment)[0])
+    assert pub is not None  # read in this transaction
+    return pub
 
 
 def current_publications(session: Session) -> list[Publication]:
