@@ -22,7 +22,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.engine = make_engine(settings.database_url)
+        app.state.engine = make_engine(settings.database_url, create=False)
         yield
         app.state.engine.dispose()
 

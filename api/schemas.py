@@ -95,8 +95,9 @@ class CampaignSummary(BaseModel):
     budget: dict[str, Any] | None = Field(None, description="max_trials, max_gpu_hours, "
                                                             "deadline, as asked.")
     stop_reason: str | None = Field(None, description="max_trials, max_gpu_hours or deadline.")
-    winner_trial: int | None = Field(None, description="The confirmed winner (best lower "
-                                                       "confidence bound), else best_trial.")
+    winner_trial: int | None = Field(None, description="What publish takes: the confirmed "
+                                     "winner (best lower confidence bound) where confirmation "
+                                     "ran (null if it confirmed none), else best_trial.")
     confirmations: list[ConfirmationView] = []
     decision: str | None = Field(None, description="The quarterly job's: published, "
                                                    "kept_incumbent or no_feasible.")

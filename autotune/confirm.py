@@ -186,12 +186,19 @@ def run(executor: Executor, template: TrialSpec, chosen: Sequence[Candidate],
         log.info("%s: trial %d (%s) confirmed: mean %.0f, sd %.0f, LCB %.0f output tok/s over %d "
                  "runs", template.study_name, c.trial_number, c.role, s.mean, s.std, s.lcb, s.n)
         confirmed.append(Confirmed(c, seeds, tuple(samples), tuple(failures), gpu_hours, s))
+    return mark_winner(confirmed)
+
+
+def mark_winner(confirmed: Sequence[Confirmed]) -> list[Confirmed]:
+    """The same list, the highest LCB marked as the winner (ties: higher mean, then the earlier
+    trial); none is marked when no LCB is above 0."""
+    from dataclasses import replace
+
     ranked = sorted(confirmed, key=lambda x: (-x.stats.lcb, -x.stats.mean,
                                               x.candidate.trial_number))
-    if ranked and ranked[0].stats.lcb > 0:
-        best = ranked[0]
-        confirmed = [replace(x, winner=True) if x is best else x for x in confirmed]
-    return confirmed
+    if not ranked or ranked[0].stats.lcb <= 0:
+        return [replace(x, winner=False) for x in confirmed]
+    return [replace(x, winner=x is ranked[0]) for x in confirmed]
 
 
 def save(session: Session, campaign: Campaign, confirmed: Sequence[Confirmed]) -> None:

@@ -166,7 +166,7 @@ def with_single_config(request: CampaignRequest, config: dict[str, Any] | None) 
 
 def single_config(campaign: Campaign) -> dict[str, Any] | None:
     """The whole trace's winner (confirmed where confirmation ran)."""
-    winner = repo.winner_trial(campaign)
+    winner = repo.choose_winner(campaign).trial
     return dict(winner.engine_config) if winner is not None else None
 
 
@@ -199,12 +199,12 @@ def publish_paths(session: Session, campaign_name: str, *, deployment: str | Non
             raise ConfigError(f"path {path} (deployment {c.deployment.name!r}) of campaign "
                               f"{c.name!r} is {c.status}, not completed; finish it with the "
                               "same `autotune tune --per-path` command")
-        if repo.winner_trial(c) is None:
+        if repo.choose_winner(c).trial is None:
             raise NotFoundError(f"path {path} (deployment {c.deployment.name!r}) of campaign "
                                 f"{c.name!r} has no feasible trial; nothing was published")
     pubs = []
     for path, c in paths.items():
-        winner = repo.winner_trial(c)
+        winner = repo.choose_winner(c).trial
         assert winner is not None
         measured = (winner.latency_recorded_rate or {}).get("requests")
         pubs.append(publish_campaign(
@@ -247,8 +247,8 @@ def summarise(campaign: Campaign | None, plan: PathPlan, parent_deployment: str,
                        plan.requests, plan.of_requests, skipped=plan.skipped)
     if campaign is None:
         return base
-    winner = repo.winner_trial(campaign)
-    confirmed = repo.confirmed_winner(campaign)
+    chosen = repo.choose_winner(campaign)
+    winner, confirmed = chosen.trial, chosen.confirmation
     single = next((c for c in compared if c.get("role") == SINGLE_CONFIG), None)
     slo = SLO.from_dict(campaign.slo)
     return dataclasses.replace(

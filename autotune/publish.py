@@ -1,6 +1,6 @@
 """Publication: a campaign's winner becomes its deployment's current config. The winner is the
 confirmed one (best lower confidence bound, autotune.confirm) where the campaign was confirmed,
-else its best single measurement."""
+else its best single measurement (repo.choose_winner)."""
 
 from __future__ import annotations
 
@@ -38,10 +38,15 @@ def publish_campaign(session: Session, campaign_name: str, *, deployment: str | 
         raise ConfigError(f"campaign {campaign.name!r} is {campaign.status}, not completed; "
                           "publish only a finished campaign")
     if trial_number is None:
-        trial = repo.winner_trial(campaign)  # the confirmed winner where confirmation ran
-        if trial is None:
+        winner = repo.choose_winner(campaign)
+        if winner.basis == repo.NONE_CONFIRMED:
+            raise NotFoundError(f"campaign {campaign.name!r} confirmed no config: none kept a "
+                                "lower confidence bound above 0 over its re-runs; publish a "
+                                "given --trial or tune again")
+        if winner.trial is None:
             raise NotFoundError(f"campaign {campaign.name!r} has no feasible trial to publish; "
                                 "loosen the SLO or widen the search space and tune again")
+        trial = winner.trial
     else:
         found = [t for t in campaign.trials if t.number == trial_number]
         if not found:

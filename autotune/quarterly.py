@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -46,21 +46,6 @@ def period_of(value: str | None, now: datetime) -> str:
     if not _PERIOD.fullmatch(value):
         raise ConfigError(f"--period {value!r} is not a quarter label; use e.g. 2026Q4")
     return value
-
-
-def parse_deadline(value: str | None, now: datetime) -> float | None:
-    """An ISO 8601 time (UTC where no zone is given) as epoch seconds; it must be ahead."""
-    if value is None:
-        return None
-    try:
-        when = datetime.fromisoformat(value)
-    except ValueError:
-        raise ConfigError(f"--deadline {value!r} is not an ISO 8601 time, e.g. "
-                          "2026-10-03T18:00:00+00:00") from None
-    when = when if when.tzinfo else when.replace(tzinfo=UTC)
-    if when <= now:
-        raise ConfigError(f"--deadline {when.isoformat()} has already passed")
-    return when.timestamp()
 
 
 def period_campaigns(session: Session, deployment: Deployment, period: str) -> list[Campaign]:
@@ -114,7 +99,7 @@ def references(session: Session, deployment: Deployment, campaign: str) -> tuple
         Campaign.name != campaign).order_by(Campaign.id.desc()))]
     if earlier:
         prev = earlier[0]
-        winner = repo.winner_trial(prev)
+        winner = repo.choose_winner(prev).trial
         if winner is not None:
             add(f"{prev.name}:winner", WARM_START, winner.engine_config)
         best = sorted((t for t in repo.measured_trials(prev) if t.feasible and t.repeat_of is None),
@@ -149,7 +134,9 @@ def decide(session: Session, campaign: Campaign, *, margin_pct: float, period: s
            published_by: str) -> Decision:
     """Publish the confirmed winner or keep the incumbent; the decision, its note and any
     publication are written in the caller's transaction, together."""
-    winner = repo.confirmed_winner(campaign)
+    # The decision compares confirmed capacities: a winner without a confirmation row (none
+    # ran, or none held up) is no winner here.
+    winner = repo.choose_winner(campaign).confirmation
     inc_trial, inc_conf = _incumbent(campaign)
     stop = (campaign.stop_reason or "the budget").replace("_", " ")
     publish = False

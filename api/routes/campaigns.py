@@ -29,7 +29,7 @@ def _iso(value: Any) -> str | None:
 
 
 def _summary(c: Campaign) -> CampaignSummary:
-    best, winner = repo.best_trial(c), repo.winner_trial(c)
+    best, winner = repo.best_trial(c), repo.choose_winner(c).trial
     return CampaignSummary(
         id=c.id, deployment=c.deployment.name, name=c.name, status=c.status, backend=c.backend,
         slo=c.slo, trace_ref=c.trace_ref, trace_digest=c.trace_digest, study_name=c.study_name,

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, Request, Response
@@ -9,10 +8,12 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from api.deps import SessionDep, WriterDep
 from api.schemas import ConfigResponse, HistoryEntry, HistoryResponse, PublishRequest, error_docs
+from autotune import __version__
 from autotune.deployment import NAME_MAX_LENGTH, NAME_PATTERN
 from autotune.errors import NotFoundError
-from autotune.publish import config_document, publish_campaign
+from autotune.publish import config_document, publish_campaign, utc
 from autotune.storage import repo
+from autotune.storage.models import Publication
 
 router = APIRouter(prefix="/v1/deployments", tags=["deployments"], responses=error_docs(422))
 _NOT_FOUND = error_docs(404)
@@ -36,12 +37,19 @@ def current_config(name: Name, session: SessionDep, request: Request,
                                            "`vllm serve --config`; args: the CLI flags, one a line")
                    ) -> Response:
     """The deployment's current published config."""
-    doc = ConfigResponse(**config_document(
-        repo.current_publication(session, repo.get_deployment(session, name)))).model_dump()
-    etag = '"' + hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32] + '"'
+    pub_id, published_at = repo.current_publication_key(session, repo.get_deployment(session, name))
+    # A publication never changes (a new config, or a rollback, is a new one), nor do the
+    # deployment, campaign and trial its document reads; so its id and time (a recreated
+    # database may reuse ids) and the server's version name the document, and a revalidation
+    # costs two small queries, not the whole document.
+    key = f"{__version__}:{name}:{pub_id}:{utc(published_at).isoformat()}"
+    etag = '"' + hashlib.sha256(key.encode()).hexdigest()[:32] + '"'
     headers = {"ETag": etag, "Cache-Control": CACHE_CONTROL}
     if etag in request.headers.get("if-none-match", ""):
         return Response(status_code=304, headers=headers)
+    pub = session.get(Publication, pub_id)
+    assert pub is not None  # read in this transaction
+    doc = ConfigResponse(**config_document(pub)).model_dump()
     if format == "yaml":
         return PlainTextResponse(doc["yaml"], media_type="application/yaml", headers=headers)
     if format == "args":

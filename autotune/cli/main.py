@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -124,7 +125,14 @@ def tune(
              "random, or grid (max_num_seqs x max_num_batched_tokens, like vLLM's auto-tune "
              "script).")] = "tpe",
     trials: Annotated[int, typer.Option(
+        "--trials", "--max-trials",
         help="Trials to measure, baselines included (with --screen: screening trials).")] = 30,
+    max_gpu_hours: Annotated[float | None, typer.Option(
+        help="Stop the search once the trials have used this many GPU-hours (engine wall time "
+             "x GPUs); confirmation follows.")] = None,
+    deadline: Annotated[str | None, typer.Option(
+        help="Stop the search at this ISO 8601 time (UTC if no zone); trials in flight finish, "
+             "confirmation follows.")] = None,
     seed: Annotated[int, typer.Option(help="Sampler and replay seed.")] = 0,
     max_scale: Annotated[float, typer.Option(help="Highest rate multiplier tried.")] = 1024.0,
     bisect_steps: Annotated[int, typer.Option(help="Bisection steps after the ladder.")] = 3,
@@ -161,7 +169,11 @@ def tune(
     only those real results are confirmed and published.
     With --per-path, then one campaign per traffic path on its sub-trace (hot: the chat space,
     cold: the batch space, unless --space), each compared with the whole trace's winner
-    measured on the same sub-trace."""
+    measured on the same sub-trace.
+    The search stops at --trials, --max-gpu-hours or --deadline, whichever comes first; what
+    was spent and what stopped it are recorded and printed. Exit code 0 once the campaign
+    completes, whatever stopped its search; 2 bad input."""
+    from autotune import budget as budgets
     from autotune import per_path as pp
     from autotune.cli.render import LiveTrials
     from autotune.cli.report import print_campaign_result
@@ -182,6 +194,8 @@ def tune(
     slo_parsed = parse_slo(slo)
     if trials < 3:
         raise ConfigError("--trials must be at least 3 (two baselines and one proposal)")
+    budget = budgets.Budget(max_gpu_hours=budgets.check_max_gpu_hours(max_gpu_hours),
+                            deadline_epoch_s=budgets.parse_deadline(deadline, datetime.now(UTC)))
     if parallel < 1:
         raise ConfigError("--parallel must be at least 1")
     if max_scale < 1 or bisect_steps < 0:
@@ -230,7 +244,8 @@ def tune(
                               sampler=sampler, max_trials=trials, seed=seed,
                               search=CapacitySearch(max_scale=max_scale, bisect_steps=bisect_steps,
                                                     max_send_lag_p99_ms=max_send_lag_ms),
-                              backend_options=backend_options, confirm=plan, screen=screening)
+                              backend_options=backend_options, budget=budget, confirm=plan,
+                              screen=screening)
     plans: list[Any] = []
     path_requests: list[CampaignRequest] = []
     if per_path:

@@ -123,6 +123,7 @@ def _run(*, deployment: str, period: str | None, days: float, trace: Path | None
          by: str | None) -> int:
     from sqlalchemy import select
 
+    from autotune import budget as budgets
     from autotune import quarterly as q
     from autotune.backends import available_backends
     from autotune.budget import Budget
@@ -149,14 +150,13 @@ def _run(*, deployment: str, period: str | None, days: float, trace: Path | None
     _setup_logging(settings.log_level)
     now = datetime.now(UTC)
     label = q.period_of(period, now)
-    deadline_epoch = q.parse_deadline(deadline, now)
+    deadline_epoch = budgets.parse_deadline(deadline, now)
     if days <= 0:
         raise ConfigError("--days must be positive")
     if max_trials < 3:
         raise ConfigError("--max-trials must be at least 3 (the incumbent or a baseline, and a "
                           "proposal)")
-    if max_gpu_hours is not None and max_gpu_hours <= 0:
-        raise ConfigError("--max-gpu-hours must be positive")
+    budgets.check_max_gpu_hours(max_gpu_hours)
     if margin_pct < 0:
         raise ConfigError("--margin-pct must be 0 or more")
     if parallel < 1:

@@ -45,7 +45,12 @@ def print_campaign_result(console: Console, campaign: Campaign, url: str) -> Non
         console.print(confirmation_table(campaign.confirmations))
     if campaign.decision:
         console.print(f"Decision: {campaign.decision}: {campaign.decision_note}", soft_wrap=True)
-    best = repo.winner_trial(campaign)  # the confirmed winner where confirmation ran
+    chosen = repo.choose_winner(campaign)  # the confirmed winner where confirmation ran
+    best = chosen.trial
+    if chosen.basis == repo.NONE_CONFIRMED:
+        console.print("[bold red]No confirmed winner:[/] confirmation ran and no config kept a "
+                      "lower confidence bound above 0 over its re-runs.")
+        return
     if best is None:
         console.print("[bold red]No feasible trial:[/] no config met the SLO "
                       f"{campaign.slo}; loosen it or widen the search space.")

@@ -17,7 +17,7 @@ from autotune.baselines import BASELINES, effective_values
 from autotune.engine_config import EngineConfig
 from autotune.errors import NotFoundError
 from autotune.storage import repo
-from autotune.storage.models import Campaign, Publication, Trial
+from autotune.storage.models import Campaign, Confirmation, Publication, Trial
 
 log = logging.getLogger("autotune.report")
 LATENCY_KEYS = ("ttft_p99_ms", "tpot_p99_ms", "itl_p99_ms", "e2e_p99_ms")
@@ -42,6 +42,23 @@ class ReportTrial:
     failure_message: str | None
     repeat_of: int | None
     fidelity: str = ""  # the backend that measured it
+
+
+@dataclass(frozen=True)
+class ReportConfirmation:
+    """One confirmed config: its re-runs with other arrival seeds (autotune_confirmations)."""
+
+    trial_number: int
+    role: str
+    search_output_tok_s: float  # the search's single measurement, for comparison
+    samples: tuple[float | None, ...]  # capacity per re-run; 0 missed the SLO, None was lost
+    failures: tuple[str | None, ...]
+    n: int  # the re-runs that count (not lost to the infrastructure)
+    mean_output_tok_s: float
+    std_output_tok_s: float
+    cv: float | None
+    lcb_output_tok_s: float
+    winner: bool
 
 
 @dataclass(frozen=True)
@@ -91,7 +108,15 @@ class CampaignReport:
     finished_at: datetime | None
     wall_s: float | None
     trials: tuple[ReportTrial, ...]
-    winner: ReportTrial | None
+    winner: ReportTrial | None  # what publish takes (repo.choose_winner)
+    winner_basis: str  # repo.CONFIRMED, BEST_SINGLE, NONE_CONFIRMED or NO_FEASIBLE
+    confirmations: tuple[ReportConfirmation, ...]  # empty: confirmation did not run
+    period: str | None
+    budget: dict[str, Any]  # max_trials, max_gpu_hours, deadline, as asked
+    gpu_hours: float  # spent: trials and confirmation runs
+    stop_reason: str | None
+    decision: str | None  # the quarterly decision: published, kept_incumbent, no_feasible
+    decision_note: str | None
     comparison: tuple[ConfigColumn, ...]  # winner first, when there is one
     importances: Importances
     screen_backend: str | None = None  # multi-fidelity: the simulator that screened
@@ -130,6 +155,15 @@ def _trial(t: Trial) -> ReportTrial:
         fidelity=t.fidelity)
 
 
+def _confirmation(c: Confirmation) -> ReportConfirmation:
+    return ReportConfirmation(
+        trial_number=c.trial.number, role=c.role,
+        search_output_tok_s=c.trial.capacity_output_tok_s, samples=tuple(c.samples),
+        failures=tuple(c.failures), n=c.n, mean_output_tok_s=c.mean_output_tok_s,
+        std_output_tok_s=c.std_output_tok_s, cv=c.cv, lcb_output_tok_s=c.lcb_output_tok_s,
+        winner=c.winner)
+
+
 def _column(label: str, source: str, t: Trial, config: dict[str, Any],
             campaign: Campaign) -> ConfigColumn:
     spec = repo.spec_of(campaign.deployment)
@@ -150,10 +184,14 @@ def _incumbent(session: Session, campaign: Campaign) -> Publication | None:
 
 def _comparison(session: Session, campaign: Campaign) -> tuple[ConfigColumn, ...]:
     columns = []
-    best = repo.best_trial(campaign)
+    chosen = repo.choose_winner(campaign)
+    best = chosen.trial
     if best is not None:
-        columns.append(_column("winner", f"trial {best.number}", best, best.engine_config,
-                               campaign))
+        source = (f"trial {best.number}, confirmed LCB "
+                  f"{chosen.confirmation.lcb_output_tok_s:,.0f} output tok/s"
+                  if chosen.confirmation is not None
+                  else f"trial {best.number}, best single measurement (not confirmed)")
+        columns.append(_column("winner", source, best, best.engine_config, campaign))
     pub = _incumbent(session, campaign)
     if pub is not None:
         # Its figures are those measured when it was tuned, possibly on other traffic.
@@ -200,7 +238,8 @@ def importances(storage_url: str, study_name: str, fidelity: str | None = None) 
 def gather(session: Session, campaign: Campaign, storage_url: str) -> CampaignReport:
     dep = campaign.deployment
     trials = tuple(_trial(t) for t in campaign.trials)
-    best = repo.best_trial(campaign)
+    chosen = repo.choose_winner(campaign)
+    best = chosen.trial
     return CampaignReport(
         campaign_id=campaign.id, campaign=campaign.name, deployment=dep.name,
         study_name=campaign.study_name, model=dep.model, gpu=dep.gpu, gpu_count=dep.gpu_count,
@@ -212,6 +251,12 @@ def gather(session: Session, campaign: Campaign, storage_url: str) -> CampaignRe
         message=campaign.message, started_at=campaign.started_at,
         finished_at=campaign.finished_at, wall_s=campaign.wall_s, trials=trials,
         winner=next((t for t in trials if best is not None and t.number == best.number), None),
+        winner_basis=chosen.basis,
+        confirmations=tuple(sorted((_confirmation(c) for c in campaign.confirmations),
+                                   key=lambda c: (-c.lcb_output_tok_s, c.trial_number))),
+        period=campaign.period, budget=dict(campaign.budget or {}),
+        gpu_hours=campaign.gpu_hours or 0.0, stop_reason=campaign.stop_reason,
+        decision=campaign.decision, decision_note=campaign.decision_note,
         comparison=_comparison(session, campaign),
         importances=importances(storage_url, campaign.study_name, campaign.screen_backend),
         screen_backend=campaign.screen_backend)

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from autotune.report.data import LATENCY_KEYS, CampaignReport, ConfigColumn, ReportTrial
+from autotune.storage import repo
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto;
@@ -66,17 +67,40 @@ def _slo(report: CampaignReport) -> str:
     return ", ".join(f"{k.removesuffix('_ms')} ≤ {v:g} ms" for k, v in report.slo_ms.items()) or "-"
 
 
-def _summary(report: CampaignReport) -> str:
+def _winner(report: CampaignReport) -> str:
+    """The winner as `publish` takes it (repo.choose_winner), and on what grounds."""
     w = report.winner
-    winner = (f"trial {w.number} ({w.role}): {w.capacity_output_tok_s:,.0f} output tok/s"
-              if w else "none: no trial met the SLO")
+    if report.winner_basis == repo.CONFIRMED and w is not None:
+        c = next(c for c in report.confirmations if c.winner)
+        cv = "-" if c.cv is None else f"{c.cv:.1%}"
+        return (f"trial {w.number} ({w.role}), confirmed: LCB {c.lcb_output_tok_s:,.0f} output "
+                f"tok/s (mean {c.mean_output_tok_s:,.0f}, CV {cv}, over {c.n} re-runs; its "
+                f"search measurement {w.capacity_output_tok_s:,.0f})")
+    if report.winner_basis == repo.BEST_SINGLE and w is not None:
+        return (f"trial {w.number} ({w.role}): {w.capacity_output_tok_s:,.0f} output tok/s, the "
+                "best single measurement (no confirmation ran, so not checked against "
+                "run-to-run noise)")
+    if report.winner_basis == repo.NONE_CONFIRMED:
+        return ("none: confirmation ran and no config kept a lower confidence bound above 0 "
+                "over its re-runs; nothing to publish")
+    return "none: no trial met the SLO"
+
+
+def _spent(report: CampaignReport) -> str:
+    limits = [f"{k.replace('_', ' ')} {v}" for k, v in report.budget.items() if v is not None]
+    stop = (report.stop_reason or "-").replace("_", " ")
+    return (f"{report.gpu_hours:.4g} GPU-hours (trials and confirmation runs); search stopped "
+            f"by {stop}" + (f"; budget: {', '.join(limits)}" if limits else ""))
+
+
+def _summary(report: CampaignReport) -> str:
     # Rejections start no engine, so they are not counted against the budget.
     trials = (f"{len(report.trials)}: {report.by_state('measured')} measured (budget "
               f"{report.max_trials}, failed ones included), {report.by_state('failed')} failed, "
               f"{report.by_state('rejected')} rejected by interaction rules; "
               f"{sum(t.feasible for t in report.trials)} feasible")
     status = report.status + (f" ({report.message})" if report.message else "")
-    rows = (
+    rows = [
         ("Deployment", f"{report.deployment}: {report.model} on {report.gpu_count} x {report.gpu}, "
                        f"TP {report.tensor_parallel_size}, max_model_len {report.max_model_len:,}, "
                        f"{report.traffic_profile} traffic"),
@@ -93,8 +117,12 @@ def _summary(report: CampaignReport) -> str:
         ("Status", status),
         ("Started / finished", f"{_when(report.started_at)} / {_when(report.finished_at)}"),
         ("Wall time", "-" if report.wall_s is None else f"{report.wall_s:,.1f} s"),
-        ("Winner", winner),
-    )
+        ("Spent", _spent(report)),
+        ("Winner", _winner(report)),
+    ]
+    if report.decision is not None:
+        rows.append(("Decision", f"{report.period or '-'}: {report.decision}: "
+                                 f"{report.decision_note or '(no note)'}"))
     body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
     return f'<table class="summary" id="summary">{body}</table>'
 
@@ -103,6 +131,29 @@ def _gain(best: ConfigColumn, other: ConfigColumn) -> str:
     if other is best or not (other.feasible and other.capacity_output_tok_s):
         return "-"
     return f"{(best.capacity_output_tok_s / other.capacity_output_tok_s - 1) * 100:+.1f}%"
+
+
+def _confirmations(report: CampaignReport) -> str:
+    if not report.confirmations:
+        return ('<p class="note" id="confirmation-note">No confirmation ran for this campaign: '
+                "the winner is its best single measurement, which was picked for being high and "
+                "is not checked against run-to-run noise (tune with --confirm-top K).</p>")
+    head = ["#", "role", "search tok/s", "re-runs", "capacity per re-run", "mean tok/s", "sd",
+            "CV", "LCB tok/s", ""]
+    lines = ["<tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
+    for c in report.confirmations:
+        runs = ", ".join("lost" if x is None else f"{x:,.0f}" + (f" ({f})" if f else "")
+                         for x, f in zip(c.samples, c.failures, strict=False))
+        lines.append(_row([_td(c.trial_number), _td(c.role, "l"),
+                           _td(_num(c.search_output_tok_s)), _td(c.n), _td(runs, "l"),
+                           _td(_num(c.mean_output_tok_s)), _td(_num(c.std_output_tok_s)),
+                           _td("-" if c.cv is None else f"{c.cv:.1%}"),
+                           _td(_num(c.lcb_output_tok_s)), _td("winner" if c.winner else "", "l")],
+                          "winner" if c.winner else "", f' data-trial="{c.trial_number}"'))
+    return (f'<table id="confirmations">{"".join(lines)}</table><p class="note">Each config re-run '
+            "with arrival seeds the search did not use; a re-run that missed the SLO counts as "
+            "0, one lost to the infrastructure is left out. LCB: the one-sided 90% lower "
+            "confidence bound of the mean; the highest wins (0: fewer than two runs).</p>")
 
 
 def _comparison(columns: Sequence[ConfigColumn]) -> str:
@@ -209,6 +260,8 @@ def render(report: CampaignReport, *, throughput_png: str, capacity_png: str,
 ({_e(_slo(report))}); latencies are P99s at that point. Engine arguments are shown only where the
 configs differ, with vLLM's defaults filled in.</p>
 {_comparison(report.comparison)}
+<h2>Confirmation</h2>
+{_confirmations(report)}
 <h2>Throughput against P99 latency</h2>
 <p>Each measured trial at its capacity; trials that missed the SLO are drawn (red &times;) where they
 were measured, at the trace's recorded rate. The line is the Pareto front of the feasible ones.</p>

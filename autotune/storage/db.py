@@ -56,7 +56,16 @@ def _enable_wal(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
     cur.close()
 
 
-def make_engine(url: str) -> Engine:
+def _existing_file_only(_dialect, _record, cargs, cparams) -> None:  # type: ignore[no-untyped-def]
+    # SQLite creates a missing file on connect; mode=rw opens an existing one or fails.
+    if not cparams.get("uri"):
+        cargs[0] = Path(cargs[0]).as_uri() + "?mode=rw"
+        cparams["uri"] = True
+
+
+def make_engine(url: str, *, create: bool = True) -> Engine:
+    """An engine on `url`. create=False: a missing SQLite file is an error on connect, never
+    created (a server must not leave empty database files behind for a mistyped URL)."""
     u = _parse(url)
     kwargs: dict[str, object] = {}
     if u.get_backend_name() == "postgresql":
@@ -68,6 +77,8 @@ def make_engine(url: str) -> Engine:
                            "check AUTOTUNE_DATABASE_URL") from None
     if u.get_backend_name() == "sqlite":
         event.listen(engine, "connect", _enable_wal)
+        if not create and _sqlite_path(url) is not None:
+            event.listen(engine, "do_connect", _existing_file_only)
     return engine
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -93,16 +94,32 @@ def best_trial(campaign: Campaign) -> Trial | None:
     return max(feasible, key=lambda t: t.capacity_output_tok_s) if feasible else None
 
 
-def confirmed_winner(campaign: Campaign) -> Confirmation | None:
-    """The config confirmation chose (best lower confidence bound), if it ran and chose one."""
-    found = [c for c in campaign.confirmations if c.winner]
-    return found[0] if found else None
+CONFIRMED, BEST_SINGLE, NONE_CONFIRMED, NO_FEASIBLE = (
+    "confirmed", "best_single_measurement", "none_confirmed", "no_feasible")
 
 
-def winner_trial(campaign: Campaign) -> Trial | None:
-    """What the campaign publishes: its confirmed winner, else its best single measurement."""
-    confirmed = confirmed_winner(campaign)
-    return confirmed.trial if confirmed is not None else best_trial(campaign)
+@dataclass(frozen=True)
+class Winner:
+    """Which trial a campaign publishes, and on what grounds: the one function that `publish`,
+    the quarterly decision, the API and the reports all ask.
+
+    basis: CONFIRMED (best lower confidence bound among the confirmation rows; `confirmation`
+    is its row), BEST_SINGLE (no confirmation ran: the best single measurement),
+    NONE_CONFIRMED (confirmation ran and no config's bound was above 0: nothing to publish, a
+    lucky single measurement is what confirmation exists to refuse), NO_FEASIBLE."""
+
+    basis: str
+    trial: Trial | None = None
+    confirmation: Confirmation | None = None
+
+
+def choose_winner(campaign: Campaign) -> Winner:
+    if campaign.confirmations:
+        found = [c for c in campaign.confirmations if c.winner]
+        return (Winner(CONFIRMED, found[0].trial, found[0]) if found
+                else Winner(NONE_CONFIRMED))
+    best = best_trial(campaign)
+    return Winner(BEST_SINGLE, best) if best is not None else Winner(NO_FEASIBLE)
 
 
 def add_trial(session: Session, campaign: Campaign, **values: Any) -> Trial:
@@ -131,12 +148,22 @@ def publications(session: Session, deployment: Deployment) -> list[Publication]:
         .order_by(Publication.published_at.desc(), Publication.id.desc())))
 
 
-def current_publication(session: Session, deployment: Deployment) -> Publication:
-    pubs = publications(session, deployment)
-    if not pubs:
+def current_publication_key(session: Session, deployment: Deployment) -> tuple[int, datetime]:
+    """The current publication's id and time, one small query (what an ETag needs)."""
+    found = session.execute(
+        select(Publication.id, Publication.published_at)
+        .where(Publication.deployment_id == deployment.id)
+        .order_by(Publication.published_at.desc(), Publication.id.desc()).limit(1)).first()
+    if found is None:
         raise NotFoundError(f"deployment {deployment.name!r} has no published config yet; "
                             "publish one with `autotune publish --campaign NAME`")
-    return pubs[0]
+    return int(found[0]), found[1]
+
+
+def current_publication(session: Session, deployment: Deployment) -> Publication:
+    pub = session.get(Publication, current_publication_key(session, deployment)[0])
+    assert pub is not None  # read in this transaction
+    return pub
 
 
 def current_publications(session: Session) -> list[Publication]:

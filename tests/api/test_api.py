@@ -112,6 +112,38 @@ def test_config_formats_etag_and_cache_headers(client: TestClient, db_url: str) 
     assert bad.status_code == 422 and set(bad.json()) == {"error"}
 
 
+def test_a_revalidation_reads_little_and_a_new_publication_changes_the_etag(
+        client: TestClient, db_url: str) -> None:
+    engine = open_database(db_url)
+    with session_scope(engine) as s:
+        publish_campaign(s, "2026Q4", deployment="demo", trial_number=None, period_label=None,
+                         published_by="etag-test", note=None)
+    first = client.get("/v1/deployments/demo/config")
+    etag = first.headers["etag"]
+    statements: list[str] = []
+    app_engine = client.app.state.engine  # type: ignore[attr-defined]
+
+    def record(_conn, _cursor, sql, *_args) -> None:  # type: ignore[no-untyped-def]
+        statements.append(sql)
+
+    sa.event.listen(app_engine, "before_cursor_execute", record)
+    try:
+        again = client.get("/v1/deployments/demo/config", headers={"If-None-Match": etag})
+    finally:
+        sa.event.remove(app_engine, "before_cursor_execute", record)
+    assert again.status_code == 304 and again.headers["etag"] == etag and again.content == b""
+    # The deployment and the current publication's key; not the trial, campaign or document.
+    queries = [q for q in statements if q.lstrip().upper().startswith("SELECT")]
+    assert len(queries) == 2, queries
+    with session_scope(engine) as s:  # the same config published again: another publication
+        publish_campaign(s, "2026Q4", deployment="demo", trial_number=None, period_label=None,
+                         published_by="etag-test", note="again")
+    engine.dispose()
+    changed = client.get("/v1/deployments/demo/config", headers={"If-None-Match": etag})
+    assert changed.status_code == 200 and changed.headers["etag"] != etag
+    assert changed.json()["note"] == "again"
+
+
 def test_campaigns_and_paginated_trials(client: TestClient) -> None:
     campaigns = client.get("/v1/campaigns").json()["campaigns"]
     assert [c["name"] for c in campaigns] == ["2026Q4"]

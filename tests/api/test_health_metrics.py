@@ -56,6 +56,22 @@ def test_readyz_is_503_on_an_unmigrated_database_but_healthz_is_up(tmp_path: Pat
     assert "revision none" in r.json()["error"]["message"]
 
 
+def test_readyz_on_a_missing_database_creates_nothing(tmp_path: Path) -> None:
+    from autotune.storage.db import upgrade
+
+    db = tmp_path / "not yet" / "autotune.db"
+    db.parent.mkdir()
+    url = f"sqlite:///{db}"
+    with TestClient(create_app(Settings(database_url=url))) as c:
+        r = c.get("/readyz")
+        assert r.status_code == 503 and r.json()["error"]["type"] == "ServiceUnavailable"
+        assert "unable to open database file" in r.json()["error"]["message"]
+        assert c.get("/v1/campaigns").status_code == 503
+        assert list(db.parent.iterdir()) == []  # no empty file, no -wal or -shm
+        upgrade(url)  # the database appears: the same server becomes ready
+        assert c.get("/readyz").status_code == 200
+
+
 def test_request_counts_move_by_route_template(client: TestClient, seeded: Seeded) -> None:
     config_route = "/v1/deployments/{name}/config"
     before = _samples(client)

@@ -108,7 +108,7 @@ def test_confirmation_picks_by_lcb_stores_the_noise_and_publish_takes_it(
         lucky = rows[best_single.number]
         assert lucky.samples == pytest.approx([best_single.capacity_output_tok_s * f for f in LUCKY])
         assert max(lucky.samples) == max(x for r in rows.values() for x in r.samples)
-        winner = repo.confirmed_winner(c)
+        winner = repo.choose_winner(c).confirmation
         assert winner is not None and winner.trial.number != best_single.number
         assert winner.lcb_output_tok_s == max(r.lcb_output_tok_s for r in rows.values())
         # The simulator's seeded jitter: the same config measures differently under other seeds.

@@ -130,7 +130,7 @@ def test_screening_then_real_measurements_and_a_real_winner(migrated_sqlite: str
     top_real = sorted((t for t in real.values() if t.feasible),
                       key=lambda t: -t.capacity_output_tok_s)[:2]
     assert {x.trial.number for x in c.confirmations} == {t.number for t in top_real}
-    winner = repo.winner_trial(c)
+    winner = repo.choose_winner(c).trial
     assert winner is not None and winner.fidelity == REAL
     best = repo.best_trial(c)
     assert best is not None and best.number == top_real[0].number

@@ -45,6 +45,10 @@ def _assert_one_line_error(proc, fragment: str) -> None:  # type: ignore[no-unty
      "row 1, column 'prompt_tokens'"),
     (lambda tmp: ["--gpu", "TPU-v9"], "unknown GPU 'TPU-v9'"),
     (lambda tmp: ["--executor", "slurm"], "unknown executor 'slurm'"),
+    (lambda tmp: ["--deadline", "2001-01-01T00:00:00"], "has already passed"),
+    (lambda tmp: ["--deadline", "tomorrow"], "is not an ISO 8601 time"),
+    (lambda tmp: ["--max-gpu-hours", "0"], "--max-gpu-hours must be positive"),
+    (lambda tmp: ["--max-gpu-hours", "nan"], "--max-gpu-hours must be positive"),
 ])
 def test_bad_tune_input_writes_nothing(tmp_path: Path, migrated_sqlite: str, make_args,  # type: ignore[no-untyped-def]
                                        fragment: str) -> None:

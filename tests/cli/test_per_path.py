@@ -71,15 +71,15 @@ def test_each_path_is_its_own_campaign_on_its_sub_trace(tuned: tuple[Path, str])
             assert len([t for t in c.trials if t.repeat_of is None and t.state != "rejected"]) == 3
             # Every measurement replayed the path's requests, and only those.
             assert measured and {t.latency_recorded_rate["requests"] for t in measured} == {len(sub)}
-            assert repo.confirmed_winner(c) is not None
+            assert repo.choose_winner(c).confirmation is not None
             study = optuna.load_study(study_name=c.study_name, storage=url)
             assert study.user_attrs[pp.PATH_ATTR]["requests"] == len(sub)
             assert study.user_attrs[pp.PATH_ATTR]["parent_campaign"] == "c1"
             # The whole trace's winner measured on this path with the confirmation's seeds.
             (single,) = comparisons(study)
             assert single["role"] == pp.SINGLE_CONFIG
-            assert single["engine_config"] == repo.winner_trial(parent).engine_config
-            assert single["seeds"] == repo.confirmed_winner(c).seeds and single["n"] == 2
+            assert single["engine_config"] == repo.choose_winner(parent).trial.engine_config
+            assert single["seeds"] == repo.choose_winner(c).confirmation.seeds and single["n"] == 2
         assert found["hot"].slo == {"ttft_p99_ms": 1000.0, "tpot_p99_ms": 50.0}
         assert found["cold"].slo == parent.slo
     engine.dispose()
@@ -99,7 +99,7 @@ def test_published_per_path_and_read_through_the_api(tuned: tuple[Path, str],
     assert single.returncode == 0, single.stderr
     engine = open_database(f"sqlite:///{db}")
     with session_scope(engine) as s:
-        winners = {dep: repo.winner_trial(repo.find_campaign(s, "c1", dep)).engine_config
+        winners = {dep: repo.choose_winner(repo.find_campaign(s, "c1", dep).trial).engine_config
                    for dep in ("demo", "demo.hot", "demo.cold")}
     engine.dispose()
     with TestClient(create_app(Settings(database_url=f"sqlite:///{db}"))) as client:

@@ -234,3 +234,77 @@ def test_the_budget_names_the_limit_reached() -> None:
     assert Budget(max_gpu_hours=2.0).spent(2.0, 0.0) == "max_gpu_hours"
     assert Budget(deadline_epoch_s=100.0).spent(0.0, 99.0) is None
     assert Budget(deadline_epoch_s=100.0).spent(0.0, 100.0) == "deadline"
+
+
+def _deadline_in(seconds: float) -> tuple[str, float]:
+    """A --deadline `seconds` from now (ISO 8601, UTC) and its epoch seconds."""
+    from datetime import UTC, datetime, timedelta
+
+    when = (datetime.now(UTC) + timedelta(seconds=seconds)).replace(microsecond=0)
+    return when.isoformat(), when.timestamp()
+
+
+# Each replay takes at least 0.2 s: a trial's capacity search (a dozen replays) takes seconds,
+# so --max-trials 40 would take minutes and a deadline 30 s ahead lands mid-search.
+PACED = {"AUTOTUNE_SIM__REPLAY_DELAY_S": "0.2"}
+DEADLINE_S = 30.0
+
+
+def _assert_stopped_at(c: Campaign, deadline_epoch: float, max_trials: int) -> None:
+    """Stopped by the deadline mid-search: nothing asked after it (inline, one slot: only the
+    trial in flight then finished later), the best so far confirmed after it, and the
+    spending adds up."""
+    from autotune.publish import utc
+
+    assert c.status == "completed" and c.stop_reason == "deadline"
+    measured = [t for t in c.trials if t.state != "rejected" and t.repeat_of is None]
+    assert 1 <= len(measured) < max_trials
+    assert sum(utc(t.finished_at).timestamp() > deadline_epoch for t in c.trials) <= 1
+    assert c.confirmations and any(r.winner for r in c.confirmations)
+    assert all(utc(r.created_at).timestamp() > deadline_epoch for r in c.confirmations)
+    assert c.gpu_hours > 0 and c.gpu_hours == pytest.approx(
+        sum(t.gpu_hours for t in c.trials) + sum(r.gpu_hours for r in c.confirmations))
+
+
+def test_a_deadline_mid_search_stops_confirms_and_decides(db: Path) -> None:
+    deadline, epoch = _deadline_in(DEADLINE_S)
+    proc = _q(db, "--period", "2028Q3", "--max-trials", "40", "--deadline", deadline,
+              "--confirm-top", "1", "--confirm-repeats", "2", **PACED)
+    assert proc.returncode == 0, proc.stderr[-2000:]  # published: the documented exit code
+    out = " ".join(proc.stdout.split())
+    assert "search stopped by deadline" in out and f"deadline {deadline}" in out
+    assert "2028Q3: published" in out
+    campaigns, pubs = _rows(db)
+    (c,) = campaigns
+    _assert_stopped_at(c, epoch, 40)
+    assert c.budget == {"max_trials": 40, "max_gpu_hours": None, "deadline": deadline}
+    assert c.decision == "published" and pubs == 1
+    assert f"Spent {c.gpu_hours:.4g} GPU-hours" in out
+    listing = run_cli("campaigns", env={**_env(db), "COLUMNS": "400"})
+    assert "deadline" in listing.stdout and f"{c.gpu_hours:.3g}" in listing.stdout
+
+
+def test_tune_takes_the_same_budget(db: Path) -> None:
+    deadline, epoch = _deadline_in(DEADLINE_S)
+    proc = run_cli("tune", *DEP, "--campaign", "paced", "--model", "Llama-3.1-8B", "--gpu",
+                   "H100-80GB", "--gpus", "1", "--max-model-len", "8192", "--max-trials", "40",
+                   "--deadline", deadline, "--confirm-top", "1", "--confirm-repeats", "2",
+                   "--max-scale", "64", env=_env(db, **PACED), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]  # a completed campaign, whatever stopped it
+    out = " ".join(proc.stdout.split())
+    assert "search stopped by deadline" in out and f"deadline {deadline}" in out
+    engine = open_database(f"sqlite:///{db}")
+    with session_scope(engine) as s:
+        c = s.scalar(select(Campaign).where(Campaign.name == "paced"))
+        assert c is not None
+        _assert_stopped_at(c, epoch, 40)
+        assert c.budget == {"max_trials": 40, "max_gpu_hours": None, "deadline": deadline}
+        assert c.decision is None  # tune decides nothing; publish takes the confirmed winner
+    engine.dispose()
+    # --max-gpu-hours: one engine trial spends more than 1e-9, the search stops after it.
+    gpu = run_cli("tune", *DEP, "--campaign", "tiny", "--model", "Llama-3.1-8B", "--gpu",
+                  "H100-80GB", "--gpus", "1", "--max-model-len", "8192", "--max-trials", "30",
+                  "--max-gpu-hours", "1e-9", "--confirm-top", "0", "--max-scale", "64",
+                  env=_env(db))
+    assert gpu.returncode == 0, gpu.stderr[-2000:]
+    assert "search stopped by max gpu hours" in " ".join(gpu.stdout.split())

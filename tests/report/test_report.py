@@ -72,7 +72,8 @@ def _campaign_facts(db: ReportDb) -> tuple[set[int], set[int], int, float]:
         with session_scope(engine) as s:
             c = s.get(Campaign, db.campaign_id)
             assert c is not None
-            best = repo.best_trial(c)
+            assert repo.choose_winner(c).basis == repo.BEST_SINGLE
+            best = repo.choose_winner(c).trial
             assert best is not None
             return ({t.number for t in c.trials}, {t.number for t in c.trials if not t.feasible},
                     best.number, best.capacity_output_tok_s)
@@ -120,6 +121,10 @@ def test_names_every_trial_and_the_winner(report_db: ReportDb, report_dir: Path)
     assert summary["Winner"].startswith(f"trial {winner} ")
     assert f"{capacity:,.0f} output tok/s" in summary["Winner"]
     assert summary["Status"] == "completed"
+    # No confirmation ran for this campaign: said so, and the winner labelled for what it is.
+    assert "the best single measurement (no confirmation ran" in summary["Winner"]
+    assert "No confirmation ran for this campaign" in "".join(page.text)
+    assert "confirmations" not in page.rows and "Decision" not in summary
     assert "ttft_p99 ≤ 2000 ms" in summary["SLO"]
 
 
