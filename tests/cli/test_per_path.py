@@ -99,7 +99,7 @@ def test_published_per_path_and_read_through_the_api(tuned: tuple[Path, str],
     assert single.returncode == 0, single.stderr
     engine = open_database(f"sqlite:///{db}")
     with session_scope(engine) as s:
-        winners = {dep: repo.choose_winner(repo.find_campaign(s, "c1", dep).trial).engine_config
+        winners = {dep: repo.choose_winner(repo.find_campaign(s, "c1", dep)).trial.engine_config
                    for dep in ("demo", "demo.hot", "demo.cold")}
     engine.dispose()
     with TestClient(create_app(Settings(database_url=f"sqlite:///{db}"))) as client:
