@@ -10,7 +10,13 @@ import pytest
 from autotune.engine_config import EngineConfig
 from autotune.errors import ConfigError
 from autotune.records import Measurement
-from workers.sim.fidelity import CPU, fidelity_trace, load_measurements, save_measurements
+from workers.sim.fidelity import (
+    CPU,
+    fidelity_trace,
+    interleaved,
+    load_measurements,
+    save_measurements,
+)
 
 
 def _measured() -> list[Measurement]:
@@ -50,3 +56,15 @@ def test_a_damaged_file_is_one_clear_error(tmp_path: Path) -> None:
         load_measurements(path, fidelity_trace(24))
     with pytest.raises(ConfigError, match="cannot read"):
         load_measurements(tmp_path / "absent.jsonl", fidelity_trace(24))
+
+
+@pytest.mark.parametrize(("n", "fit"), [(11, 4), (11, 0), (9, 5), (6, 6), (7, 1)])
+def test_the_measuring_order_spreads_the_fitted_configs_among_the_judged(n: int, fit: int) -> None:
+    order = interleaved(n, fit)
+    assert sorted(order) == list(range(n))  # each config once
+    if 0 < fit < n:
+        positions = [order.index(i) for i in range(fit)]
+        assert positions == sorted(positions) and positions[0] == 0
+        # Not bunched at the start: most judged configs run before the last fitted one.
+        judged_before_last = max(positions) - (fit - 1)
+        assert judged_before_last >= (n - fit) * (fit - 1) // fit

@@ -44,6 +44,17 @@ def fidelity_trace(requests: int = 40, seed: int = 7) -> Trace:
     return Trace.from_rows("fidelity", rows)
 
 
+def interleaved(n: int, fit: int) -> list[int]:
+    """0..n-1 with the first `fit` spread evenly among the rest: 0, 4, 5, 1, 6, 7, 2, ... ."""
+    rest = list(range(fit, n))
+    gap = len(rest) / max(fit, 1)
+    order: list[int] = []
+    for i in range(fit):
+        order.append(i)
+        order.extend(rest[round(i * gap):round((i + 1) * gap)])
+    return order if fit else rest
+
+
 def measure_real(configs: Sequence[dict[str, object]], trace: Trace, engine_python: str,
                  work: Path, scales: Sequence[float] = SCALES) -> list[Measurement]:
     """One CPU engine per config (block size 32 unless given), the trace at each multiplier."""
