@@ -9,8 +9,10 @@ per replay, and the rank correlation of throughput across the held-out replays.
 Needs the vLLM CPU build: AUTOTUNE_ENGINE_PYTHON=.venv-engine/bin/python (see `make
 engine-venv`). Takes a few minutes (one engine start per config).
 
-Usage: .venv/bin/python benchmarks/sim_fidelity.py [--fit N] [--quick]
+Usage: .venv/bin/python benchmarks/sim_fidelity.py [--fit N] [--quick] [--save FILE | --measured FILE]
 Prints a table, then one JSON line with throughput_err_max, ttft_p99_err_max and spearman.
+--save keeps the real measurements (JSON lines); --measured judges a saved set again without
+starting engines (for working on the model; the measurements are what they were).
 """
 
 from __future__ import annotations
@@ -20,14 +22,23 @@ import json
 import os
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from autotune.errors import ConfigError
 from workers.sim.calibrate import calibrate, predict
-from workers.sim.fidelity import SCALES, fidelity_trace, measure_real
+from workers.sim.fidelity import (
+    SCALES,
+    fidelity_trace,
+    interleaved,
+    load_measurements,
+    measure_real,
+    save_measurements,
+)
 from workers.sim.profile import find_profile
 
 # Fitted on the first --fit configs, judged on the rest; the ones that matter on a CPU engine:
@@ -50,16 +61,38 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fit", type=int, default=4, help="configs used for fitting")
     parser.add_argument("--quick", action="store_true", help="fewer requests per replay")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--save", type=Path, help="write the real measurements here")
+    group.add_argument("--measured", type=Path, help="judge these saved measurements instead")
     args = parser.parse_args()
-    engine_python = os.environ.get("AUTOTUNE_ENGINE_PYTHON")
-    if not engine_python or not Path(engine_python).exists():
-        sys.exit("sim_fidelity: set AUTOTUNE_ENGINE_PYTHON to the vLLM CPU venv's python "
-                 "(make engine-venv)")
     if len(CONFIGS) - args.fit < 6:
         sys.exit(f"sim_fidelity: --fit {args.fit} leaves fewer than 6 configs to judge")
     trace = fidelity_trace(24 if args.quick else 40)
-    with tempfile.TemporaryDirectory() as tmp:
-        measured = measure_real(CONFIGS, trace, engine_python, Path(tmp))
+    if args.measured is not None:
+        try:
+            measured = load_measurements(args.measured, trace)
+        except ConfigError as exc:
+            sys.exit(f"sim_fidelity: {exc}")
+        if len(measured) != len(CONFIGS) * len(SCALES):
+            sys.exit(f"sim_fidelity: {args.measured} has {len(measured)} replays, not "
+                     f"{len(CONFIGS) * len(SCALES)} ({len(CONFIGS)} configs x {len(SCALES)} rates)")
+    else:
+        engine_python = os.environ.get("AUTOTUNE_ENGINE_PYTHON")
+        if not engine_python or not Path(engine_python).exists():
+            sys.exit("sim_fidelity: set AUTOTUNE_ENGINE_PYTHON to the vLLM CPU venv's python "
+                     "(make engine-venv)")
+        # Measured alternately from the fitted and the judged configs: the cores are shared, and
+        # in one run the load average rose from 2 to 6 while the judged configs ran last, so
+        # the judged engines were slower than the fitted ones for reasons no config explains.
+        order = interleaved(len(CONFIGS), args.fit)
+        with tempfile.TemporaryDirectory() as tmp:
+            found = measure_real([CONFIGS[i] for i in order], trace, engine_python, Path(tmp))
+        per = len(SCALES)
+        by_config = {i: [replace(m, source=m.source.replace(f"config {k} ", f"config {i} ", 1))
+                         for m in found[k * per:(k + 1) * per]] for k, i in enumerate(order)}
+        measured = [m for i in range(len(CONFIGS)) for m in by_config[i]]
+        if args.save is not None:
+            save_measurements(measured, args.save)
     fit_n = args.fit * len(SCALES)
     base = find_profile("cpu", "tiny-llama", "cpu", None)
     fitted, before, after, evals = calibrate(measured[:fit_n], base, max_evals=300)
@@ -68,7 +101,7 @@ def main() -> None:
                         f"requests; fitted on {args.fit} configs ({evals} simulations), judged "
                         f"on {len(CONFIGS) - args.fit}")
     for col in ("config", "rate x", "tok/s real", "tok/s sim", "err", "TTFT p99 real ms",
-                "sim ms", "err"):
+                "sim ms", "err", "load"):
         table.add_column(col, justify="right")
     tput_err, ttft_err, real_tput, sim_tput = [], [], [], []
     for m in measured[fit_n:]:
@@ -84,7 +117,7 @@ def main() -> None:
                                  separators=(",", ":")).replace(',"max_model_len":null', ""),
                       f"{m.rate_scale:g}", f"{m.observed['output_tok_s']:.0f}",
                       f"{pred.output_tok_s:.0f}", f"{te:.0%}", f"{m.observed['ttft_p99_ms']:.0f}",
-                      f"{pred.ttft_p99_ms:.0f}", f"{le:.0%}")
+                      f"{pred.ttft_p99_ms:.0f}", f"{le:.0%}", m.source.rpartition(" ")[2])
     console = Console(width=160)
     console.print(table)
     console.print("fit error (mean |rel|) before -> after: " + ", ".join(

@@ -79,6 +79,12 @@ class VllmBackend(EngineBackend):
         env = dict(self.env)
         if deployment.gpu_info.device == "cpu":
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+            # vLLM's own thread binding (VLLM_CPU_OMP_THREADS_BIND=auto) is left alone on
+            # purpose: on a 2-core VM it pins one OpenMP thread to core 0 and leaves core 1 to
+            # the engine-core and API-server processes and the replay client. Tiny model,
+            # max_num_seqs 16, at 1.5x/4x: auto gave TPOT 4-6 ms and 180/465 tok/s (load average
+            # 2.7-3.0); nobind with two OpenMP threads gave TPOT 60-116 ms and 113-181 tok/s,
+            # slower at low load than at high (load average 4.7-6.6, partly its own threads).
         self._engine = EngineProcess(cmd, port=port, log_path=log_path, env=env)
         self._config = config
         self._monitor = make_monitor(self.watermarks)

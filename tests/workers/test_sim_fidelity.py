@@ -1,0 +1,70 @@
+"""The fidelity benchmark's saved measurements: what is written is what is read back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune.engine_config import EngineConfig
+from autotune.errors import ConfigError
+from autotune.records import Measurement
+from workers.sim.fidelity import (
+    CPU,
+    fidelity_trace,
+    interleaved,
+    load_measurements,
+    save_measurements,
+)
+
+
+def _measured() -> list[Measurement]:
+    trace = fidelity_trace(24)
+    return [Measurement(config=EngineConfig(max_model_len=2048, max_num_seqs=seqs, block_size=32),
+                        deployment=CPU, trace=trace, rate_scale=scale, seed=seed,
+                        observed={"output_tok_s": 100.0 * seqs, "ttft_p99_ms": 50.0 * scale},
+                        source=f"config {seqs} x{scale:g} load 1.20")
+            for seed, (seqs, scale) in enumerate([(4, 1.5), (4, 4.0), (32, 1.5)], start=3)]
+
+
+def test_saved_measurements_read_back_the_same(tmp_path: Path) -> None:
+    measured = _measured()
+    path = tmp_path / "m.jsonl"
+    save_measurements(measured, path)
+    assert not list(tmp_path.glob("*.tmp"))  # written whole, then moved into place
+    back = load_measurements(path, fidelity_trace(24))
+    assert [(m.config, m.rate_scale, m.seed, m.observed, m.source) for m in back] == [
+        (m.config, m.rate_scale, m.seed, m.observed, m.source) for m in measured]
+
+
+def test_measurements_of_another_trace_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    save_measurements(_measured(), path)
+    with pytest.raises(ConfigError, match="another trace"):
+        load_measurements(path, fidelity_trace(40))
+
+
+def test_a_damaged_file_is_one_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    save_measurements(_measured(), path)
+    rows = path.read_text().splitlines()
+    row = json.loads(rows[0])
+    del row["observed"]
+    path.write_text(json.dumps(row) + "\n" + "\n".join(rows[1:]) + "\n")
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_measurements(path, fidelity_trace(24))
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_measurements(tmp_path / "absent.jsonl", fidelity_trace(24))
+
+
+@pytest.mark.parametrize(("n", "fit"), [(11, 4), (11, 0), (9, 5), (6, 6), (7, 1)])
+def test_the_measuring_order_spreads_the_fitted_configs_among_the_judged(n: int, fit: int) -> None:
+    order = interleaved(n, fit)
+    assert sorted(order) == list(range(n))  # each config once
+    if 0 < fit < n:
+        positions = [order.index(i) for i in range(fit)]
+        assert positions == sorted(positions) and positions[0] == 0
+        # Not bunched at the start: most judged configs run before the last fitted one.
+        judged_before_last = max(positions) - (fit - 1)
+        assert judged_before_last >= (n - fit) * (fit - 1) // fit
