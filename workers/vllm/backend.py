@@ -68,6 +68,16 @@ class VllmBackend(EngineBackend):
         self._engine: EngineProcess | None = None
         self._config: EngineConfig | None = None
         self._monitor: GpuMonitor | None = None
+        self._replays = 0  # since the engine started: each replay gets prompts of its own
+
+    def _prompt_seed(self, seed: int) -> int:
+        """A prompt seed no earlier replay on this engine used. With one seed for all, every
+        replay after the first found its prompts in the prefix cache (a 62% hit rate where the
+        trace shares little, TTFT p50 30 ms against 317 ms cold): capacity measured on a warm
+        cache that production, and the simulator, never have. Shared prefixes (hash_ids) stay
+        shared within a replay."""
+        self._replays += 1
+        return ((seed & 0xFFFF) << 16) | (self._replays & 0xFFFF)
 
     def start(self, config: EngineConfig, deployment: DeploymentSpec, *, label: str = "engine") -> None:
         port = free_port()
@@ -87,6 +97,7 @@ class VllmBackend(EngineBackend):
             # slower at low load than at high (load average 4.7-6.6, partly its own threads).
         self._engine = EngineProcess(cmd, port=port, log_path=log_path, env=env)
         self._config = config
+        self._replays = 0
         self._monitor = make_monitor(self.watermarks)
         self._monitor.start()
         log.info("%s: starting %s", label, " ".join(cmd))
@@ -117,12 +128,13 @@ class VllmBackend(EngineBackend):
         """Traffic like the trace's before measuring, so kernel specialisation and caches do not
         land in a measured rung (other prompt ids: the prefix cache starts cold)."""
         assert isinstance(trace, Trace)
-        plan = self._plan(trace, WARMUP_RATE_SCALE, seed + 1, slice(0, WARMUP_REQUESTS))
+        plan = self._plan(trace, WARMUP_RATE_SCALE, self._prompt_seed(seed),
+                          slice(0, WARMUP_REQUESTS))
         run_replay(plan)
 
     def replay(self, trace: object, rate_scale: float, seed: int) -> ReplayResult:
         assert isinstance(trace, Trace) and self._engine is not None
-        plan = self._plan(trace, rate_scale, seed)
+        plan = self._plan(trace, rate_scale, self._prompt_seed(seed))
         before = scrape(self._engine.base_url)
         with KvUsageSampler(self._engine.base_url) as kv:
             result, errors = run_replay(plan)
