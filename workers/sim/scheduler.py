@@ -207,8 +207,22 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
             r.cap = r.shared_blocks * bs
             r.computed = hit_tokens
 
-    def run_state() -> tuple[bool, int, int]:
-        """Over `running`: whether one is mid-prefill, the fewest tokens one has left to
+    def make_room(r: _Req, extra: int, running: list[_Req]) -> bool:
+        """Give running request r `extra` more blocks, preempting the newest running requests
+        (perhaps r itself) while they do not fit. Returns whether any was preempted."""
+        preempted = False
+        while extra > free and running:
+            victim = running.pop()  # the newest running request
+            preempt(victim)
+            preempted = True
+            if victim is r:
+                break
+        if r.running:
+            take(r, extra)
+        return preempted
+
+    def run_state(running: list[_Req]) -> tuple[bool, int, int]:
+        """Whether a running request is mid-prefill, the fewest tokens one has left to
         generate, and the context tokens of all (what the step loop tracks as it goes)."""
         k, kv = horizon_steps, 0
         for r in running:
@@ -227,39 +241,37 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
             clock = order[nxt].arrival
             continue
         budget = budget_max
-        scheduled: list[_Req] = []  # in schedule order; a prefill's chunk is in its .chunk
         preempted = skipped = False
         decode_kv = decode_seqs = prefill_tokens = prefill_seqs = 0
         pairs = 0.0
-        # Running requests first. Preemption only takes running[-1], at or after r, so the
-        # iteration stays valid (a victim is never one already scheduled).
+        # Running requests first, in order. Preemption only takes running[-1], at or after r,
+        # so the iteration stays valid and a victim is never one already scheduled: what this
+        # step schedules is always a prefix of `running` (admitted requests are appended).
         for r in running:
             if budget <= 0:
                 skipped = True  # out of tokens: the rest of `running` waits this step
                 break
             computed = r.computed
-            need = min(r.prefill_len - computed, budget, long_cap) if computed < r.prefill_len else 1
-            if computed + need > r.cap:
-                extra = extra_blocks(r, computed + need)
-                while extra > free and running:
-                    victim = running.pop()  # the newest running request
-                    preempt(victim)
-                    preempted = True
-                    if victim is r:
+            if computed >= r.prefill_len:  # a decode: one token
+                if computed + 1 > r.cap:
+                    preempted |= make_room(r, extra_blocks(r, computed + 1), running)
+                    if not r.running:
+                        break  # r was the last one left
+                budget -= 1
+                decode_seqs += 1
+                decode_kv += computed
+            else:
+                need = min(r.prefill_len - computed, budget, long_cap)
+                if computed + need > r.cap:
+                    preempted |= make_room(r, extra_blocks(r, computed + need), running)
+                    if not r.running:
                         break
-                if not r.running:
-                    break  # r was the last one left
-                take(r, extra)
-            budget -= need
-            scheduled.append(r)
-            if computed < r.prefill_len:
+                budget -= need
                 prefill_seqs += 1
                 prefill_tokens += need
                 pairs += need * (computed + need / 2)
                 r.chunk = need
-            else:
-                decode_seqs += 1
-                decode_kv += computed
+        scheduled = decode_seqs + prefill_seqs
         while waiting and not preempted and len(running) < max_seqs and budget > 0:
             r = waiting[0]
             if not r.looked_up and r.computed == 0 and caching:
@@ -278,7 +290,7 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
             r.running = True
             if r.sched_s != r.sched_s:  # NaN: first time scheduled
                 r.sched_s = clock
-            scheduled.append(r)
+            scheduled += 1
             prefill_seqs += 1  # a waiting request always has prompt left to compute
             prefill_tokens += need
             pairs += need * (r.computed + need / 2)
@@ -291,8 +303,10 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
         clock += dt
         any_done = mid_prefill = False
         after_previous_step = 0  # decodes whose last token came at step_start: one shared gap
-        k, kv = horizon_steps, 0  # over the requests still running: see run_state
-        for r in scheduled:
+        # Over the requests still running after the step (see run_state): the fewest tokens
+        # left, and the context tokens (each decode adds one; completions are taken off).
+        k, kv = horizon_steps, decode_kv + decode_seqs
+        for r in (running[:scheduled] if skipped else running):
             computed = r.computed
             if computed >= r.prefill_len:  # a decode: one token
                 r.computed = computed = computed + 1
@@ -301,17 +315,29 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
                     after_previous_step += 1
                 else:
                     single_gaps.append(clock - last)
+                r.last_s = clock
+                r.generated = generated = r.generated + 1
+                left = r.target - generated
+                if left <= 0:
+                    r.done_s = clock
+                    r.running = False
+                    any_done = True
+                    release(r)
+                    finished += 1
+                    kv -= computed
+                elif left < k:
+                    k = left
+                continue
+            r.computed = computed = computed + r.chunk
+            if computed < r.prefill_len:
+                mid_prefill = True
+                continue  # a prefill chunk that does not finish the prompt emits nothing
+            if caching and not r.registered:
+                register(r)
+            if r.generated == 0:
+                r.first_s = clock
             else:
-                r.computed = computed = computed + r.chunk
-                if computed < r.prefill_len:
-                    mid_prefill = True
-                    continue  # a prefill chunk that does not finish the prompt emits nothing
-                if caching and not r.registered:
-                    register(r)
-                if r.generated == 0:
-                    r.first_s = clock
-                else:
-                    single_gaps.append(clock - r.last_s)
+                single_gaps.append(clock - r.last_s)
             r.last_s = clock
             r.generated = generated = r.generated + 1
             left = r.target - generated
@@ -331,7 +357,7 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
         if any_done:
             running = [r for r in running if r.running]
         if skipped and skip_decode_runs:  # some running requests were not in this step
-            mid_prefill, k, kv = run_state()
+            mid_prefill, k, kv = run_state(running)
         # Advance runs of decode-only steps in closed form while nothing can change them.
         while skip_decode_runs and running and not mid_prefill:
             can_admit = len(running) < max_seqs and (waiting or nxt < total)
@@ -367,7 +393,7 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
                 break
             runs.extend(taken)
             clock += elapsed
-            run_k, k, kv = k, horizon_steps, 0
+            run_k, k, kv = k, horizon_steps, kv + m * done_steps
             any_done = False
             for r in running:
                 r.computed = computed = r.computed + done_steps
@@ -389,10 +415,9 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
                     any_done = True
                     release(r)
                     finished += 1
-                else:
-                    if left < k:
-                        k = left
-                    kv += computed
+                    kv -= computed
+                elif left < k:
+                    k = left
             if done_steps < run_k:
                 break  # stopped by an arrival or by memory: a plain step comes next
             if any_done:
