@@ -34,7 +34,7 @@ MIN_RUN = 2  # a run of one step is just a step
 class _Req:
     __slots__ = ("i", "arrival", "prompt", "target", "hashes", "generated", "computed",
                  "prefill_len", "private", "shared", "shared_blocks", "cap", "sched_s",
-                 "first_s", "last_s", "done_s", "looked_up", "running", "registered")
+                 "first_s", "last_s", "done_s", "looked_up", "running", "registered", "chunk")
 
     def __init__(self, i: int, arrival: float, prompt: int, target: int,
                  hashes: tuple[int, ...]) -> None:
@@ -50,6 +50,7 @@ class _Req:
         self.looked_up = False
         self.running = False
         self.registered = not hashes  # nothing to cache for a request without hashes
+        self.chunk = 0  # prompt tokens it computes in the step being built
 
 
 class _PrefixCache:
@@ -106,8 +107,12 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
     fixed = perf.fixed_blocks_per_seq
     hbt = max(hash_block_tokens, 1)
     n = len(arrival_s)
-    reqs = [_Req(i, float(arrival_s[i]), int(prompt_tokens[i]), max(1, int(output_tokens[i])),
-                 hash_ids[i] if caching else ()) for i in range(n)]
+    # Python numbers once for the whole trace: indexing numpy arrays per request is slow.
+    arrivals, prompts = np.asarray(arrival_s, dtype=float).tolist(), np.asarray(prompt_tokens).tolist()
+    outputs = np.asarray(output_tokens).tolist()
+    no_hashes: tuple[int, ...] = ()
+    reqs = [_Req(i, arrivals[i], int(prompts[i]), max(1, int(outputs[i])),
+                 hash_ids[i] if caching else no_hashes) for i in range(n)]
     refused = [r for r in reqs if r.prompt + r.target > s.max_model_len]
     for r in refused:  # vLLM answers 400: the request never reaches the scheduler
         r.target = 0
@@ -119,12 +124,15 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
     waiting: deque[_Req] = deque()
     running: list[_Req] = []
     runs: list[tuple[float, float, int, int]] = []  # decode-run pieces: a, b, steps, seqs
-    single_gaps: list[float] = []
+    single_gaps: list[float] = []  # inter-token gaps of one sequence each
+    shared_gaps: list[float] = []  # ... and of shared_counts[i] sequences each (one step's)
+    shared_counts: list[int] = []
     clock, nxt, finished, preemptions = 0.0, 0, 0, 0
     cache_queries = cache_hits = 0
     noise = 1.0 + perf.profile.coefficients.noise_cv * rng.standard_normal()
     step_s = perf.step_s
     horizon_steps = 1 << 62
+    inf = float("inf")
 
     def extra_blocks(r: _Req, tokens: int) -> int:
         """Blocks r must add to hold `tokens` tokens (its first ones bring the fixed ones)."""
@@ -151,8 +159,8 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
         r.private, r.shared, r.shared_blocks, r.cap = 0, [], 0.0, 0.0
 
     def preempt(victim: _Req) -> None:
+        """Recompute: victim (already taken off `running`) goes back to the front of the queue."""
         nonlocal preemptions
-        running.remove(victim)
         victim.running = False
         release(victim)
         victim.computed = 0
@@ -199,6 +207,32 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
             r.cap = r.shared_blocks * bs
             r.computed = hit_tokens
 
+    def make_room(r: _Req, extra: int, running: list[_Req]) -> bool:
+        """Give running request r `extra` more blocks, preempting the newest running requests
+        (perhaps r itself) while they do not fit. Returns whether any was preempted."""
+        preempted = False
+        while extra > free and running:
+            victim = running.pop()  # the newest running request
+            preempt(victim)
+            preempted = True
+            if victim is r:
+                break
+        if r.running:
+            take(r, extra)
+        return preempted
+
+    def run_state(running: list[_Req]) -> tuple[bool, int, int]:
+        """Whether a running request is mid-prefill, the fewest tokens one has left to
+        generate, and the context tokens of all (what the step loop tracks as it goes)."""
+        k, kv = horizon_steps, 0
+        for r in running:
+            if r.computed < r.prefill_len:
+                return True, 0, 0
+            if r.target - r.generated < k:
+                k = r.target - r.generated
+            kv += r.computed
+        return False, k, kv
+
     while finished < total and clock <= horizon_s:
         while nxt < total and order[nxt].arrival <= clock:
             waiting.append(order[nxt])
@@ -207,25 +241,37 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
             clock = order[nxt].arrival
             continue
         budget = budget_max
-        scheduled: list[tuple[_Req, int]] = []
-        preempted = False
-        for r in list(running):  # a copy: preemption removes from `running` as we go
-            if not r.running or budget <= 0:
-                continue
-            need = min(r.prefill_len - r.computed, budget, long_cap) if r.computed < r.prefill_len else 1
-            if r.computed + need > r.cap:
-                extra = extra_blocks(r, r.computed + need)
-                while extra > free and running:
-                    victim = running[-1]
-                    preempt(victim)
-                    preempted = True
-                    if victim is r:
+        preempted = skipped = False
+        decode_kv = decode_seqs = prefill_tokens = prefill_seqs = 0
+        pairs = 0.0
+        # Running requests first, in order. Preemption only takes running[-1], at or after r,
+        # so the iteration stays valid and a victim is never one already scheduled: what this
+        # step schedules is always a prefix of `running` (admitted requests are appended).
+        for r in running:
+            if budget <= 0:
+                skipped = True  # out of tokens: the rest of `running` waits this step
+                break
+            computed = r.computed
+            if computed >= r.prefill_len:  # a decode: one token
+                if computed + 1 > r.cap:
+                    preempted |= make_room(r, extra_blocks(r, computed + 1), running)
+                    if not r.running:
+                        break  # r was the last one left
+                budget -= 1
+                decode_seqs += 1
+                decode_kv += computed
+            else:
+                need = min(r.prefill_len - computed, budget, long_cap)
+                if computed + need > r.cap:
+                    preempted |= make_room(r, extra_blocks(r, computed + need), running)
+                    if not r.running:
                         break
-                if not r.running:
-                    continue
-                take(r, extra)
-            budget -= need
-            scheduled.append((r, need))
+                budget -= need
+                prefill_seqs += 1
+                prefill_tokens += need
+                pairs += need * (computed + need / 2)
+                r.chunk = need
+        scheduled = decode_seqs + prefill_seqs
         while waiting and not preempted and len(running) < max_seqs and budget > 0:
             r = waiting[0]
             if not r.looked_up and r.computed == 0 and caching:
@@ -244,27 +290,47 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
             r.running = True
             if r.sched_s != r.sched_s:  # NaN: first time scheduled
                 r.sched_s = clock
-            scheduled.append((r, need))
+            scheduled += 1
+            prefill_seqs += 1  # a waiting request always has prompt left to compute
+            prefill_tokens += need
+            pairs += need * (r.computed + need / 2)
+            r.chunk = need
         if not scheduled:  # blocked on memory with nothing running: cannot happen if start succeeded
             clock = order[nxt].arrival if nxt < total else clock + 1.0
             continue
-        decode_kv = 0
-        decode_seqs = prefill_tokens = prefill_seqs = 0
-        pairs = 0.0
-        for r, need in scheduled:
-            if r.computed >= r.prefill_len:
-                decode_seqs += 1
-                decode_kv += r.computed
-            else:
-                prefill_seqs += 1
-                prefill_tokens += need
-                pairs += need * (r.computed + need / 2)
         dt = step_s(decode_seqs, decode_kv, prefill_tokens, prefill_seqs, pairs) * noise
+        step_start = clock
         clock += dt
-        any_done = False
-        for r, need in scheduled:
-            r.computed += need
-            if r.computed < r.prefill_len:
+        any_done = mid_prefill = False
+        after_previous_step = 0  # decodes whose last token came at step_start: one shared gap
+        # Over the requests still running after the step (see run_state): the fewest tokens
+        # left, and the context tokens (each decode adds one; completions are taken off).
+        k, kv = horizon_steps, decode_kv + decode_seqs
+        for r in (running[:scheduled] if skipped else running):
+            computed = r.computed
+            if computed >= r.prefill_len:  # a decode: one token
+                r.computed = computed = computed + 1
+                last = r.last_s
+                if last == step_start:
+                    after_previous_step += 1
+                else:
+                    single_gaps.append(clock - last)
+                r.last_s = clock
+                r.generated = generated = r.generated + 1
+                left = r.target - generated
+                if left <= 0:
+                    r.done_s = clock
+                    r.running = False
+                    any_done = True
+                    release(r)
+                    finished += 1
+                    kv -= computed
+                elif left < k:
+                    k = left
+                continue
+            r.computed = computed = computed + r.chunk
+            if computed < r.prefill_len:
+                mid_prefill = True
                 continue  # a prefill chunk that does not finish the prompt emits nothing
             if caching and not r.registered:
                 register(r)
@@ -273,27 +339,31 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
             else:
                 single_gaps.append(clock - r.last_s)
             r.last_s = clock
-            r.generated += 1
-            if r.generated >= r.target:
+            r.generated = generated = r.generated + 1
+            left = r.target - generated
+            if left <= 0:
                 r.done_s = clock
                 r.running = False
                 any_done = True
                 release(r)
                 finished += 1
+            else:
+                if left < k:
+                    k = left
+                kv += computed
+        if after_previous_step:
+            shared_gaps.append(clock - step_start)
+            shared_counts.append(after_previous_step)
         if any_done:
             running = [r for r in running if r.running]
+        if skipped and skip_decode_runs:  # some running requests were not in this step
+            mid_prefill, k, kv = run_state(running)
         # Advance runs of decode-only steps in closed form while nothing can change them.
-        mid_prefill = prefill_seqs and any(r.computed < r.prefill_len for r in running)
         while skip_decode_runs and running and not mid_prefill:
             can_admit = len(running) < max_seqs and (waiting or nxt < total)
             if waiting and can_admit:
                 break
-            k, kv0 = horizon_steps, 0.0  # up to the first completion
-            for r in running:
-                if r.target - r.generated < k:
-                    k = r.target - r.generated
-                kv0 += r.computed
-            if k < MIN_RUN:
+            if k < MIN_RUN:  # k: up to the first completion
                 break
             m = len(running)
             # Memory: stop before the first step whose new blocks no longer fit (each sequence
@@ -302,10 +372,10 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
                 k = _steps_that_fit([r.cap - r.computed for r in running], k, free, bs)
                 if k < MIN_RUN:
                     break
-            pieces = perf.decode_segments(m, kv0, k)
+            pieces = perf.decode_segments(m, float(kv), k)
             # A step that starts before the next arrival cannot see it: the run takes every step
             # that starts before it (the stepwise loop admits arrivals at a step's start).
-            limit = (order[nxt].arrival - clock) if can_admit and nxt < total else float("inf")
+            limit = (order[nxt].arrival - clock) if can_admit and nxt < total else inf
             done_steps, elapsed = 0, 0.0
             taken: list[tuple[float, float, int, int]] = []
             for first, end, a, b in pieces:
@@ -323,12 +393,14 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
                 break
             runs.extend(taken)
             clock += elapsed
+            run_k, k, kv = k, horizon_steps, kv + m * done_steps
+            any_done = False
             for r in running:
-                r.computed += done_steps
-                r.generated += done_steps
+                r.computed = computed = r.computed + done_steps
+                r.generated = generated = r.generated + done_steps
                 r.last_s = clock
-                if r.computed > r.cap:  # a running request holds its fixed blocks already
-                    grow = math.ceil((r.computed - r.cap) / bs)
+                if computed > r.cap:  # a running request holds its fixed blocks already
+                    grow = math.ceil((computed - r.cap) / bs)
                     r.cap += grow * bs
                     r.private += grow
                     free -= grow
@@ -336,14 +408,20 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
                         cache.evict_until(free - cache.evictable_blocks)
                     if free < low_free[0]:
                         low_free[0] = free
-                if r.generated >= r.target:
+                left = r.target - generated
+                if left <= 0:
                     r.done_s = clock
                     r.running = False
+                    any_done = True
                     release(r)
                     finished += 1
-            if done_steps < k:
+                    kv -= computed
+                elif left < k:
+                    k = left
+            if done_steps < run_k:
                 break  # stopped by an arrival or by memory: a plain step comes next
-            running = [r for r in running if r.running]
+            if any_done:
+                running = [r for r in running if r.running]
             if nxt < total and order[nxt].arrival <= clock:
                 break
 
@@ -353,14 +431,16 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
     queue = np.array([r.sched_s for r in reqs])
     failed = np.isnan(done)
     run_values, run_weights = _expand_runs(runs)
-    values = np.concatenate([run_values, np.asarray(single_gaps, dtype=float)])
-    weights = np.concatenate([run_weights, np.ones(len(single_gaps), dtype=np.int64)])
+    values = np.concatenate([run_values, np.asarray(shared_gaps, dtype=float),
+                             np.asarray(single_gaps, dtype=float)])
+    weights = np.concatenate([run_weights, np.asarray(shared_counts, dtype=np.int64),
+                              np.ones(len(single_gaps), dtype=np.int64)])
     last = np.nanmax(done) if (~failed).any() else clock
     return ReplayResult(
         scheduled_s=arrival,
         ttft_s=first_token - arrival,
         e2e_s=done - arrival,
-        output_tokens=np.array([r.generated if not np.isnan(r.done_s) else 0 for r in reqs]),
+        output_tokens=np.array([r.generated if r.done_s == r.done_s else 0 for r in reqs]),  # NaN: not done
         failed=failed,
         itl_s=values,
         itl_weight=weights,
