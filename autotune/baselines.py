@@ -46,12 +46,43 @@ IMPLICIT_DEFAULTS: dict[str, Any] = {
     "long_prefill_token_threshold": 0,  # no cap on one prefill's share of the step budget
     "kv_cache_dtype": "auto",
     "enforce_eager": False,  # CUDA graphs on
+    "pipeline_parallel_size": 1,
 }
+
+
+def resolved_async_scheduling(values: dict[str, Any], dep: DeploymentSpec) -> bool:
+    """What vLLM makes of `async_scheduling` (VllmConfig's post-init, vLLM 0.33)."""
+    if dep.gpu_info.device == "cpu":
+        return False  # the CPU platform turns it off whatever is asked (platforms/cpu.py)
+    asked = values.get("async_scheduling")
+    if asked is not None:
+        return bool(asked)
+    spec = values.get("speculative_config")
+    if spec and spec["method"] == "ngram":
+        return False  # CPU-side n-gram drafting has no async path: off with a warning
+    # Off with pipeline parallelism on the V1 model runner (the V2 runner keeps it on; the
+    # simulator does not model PP, so the conservative answer).
+    return int(values["pipeline_parallel_size"]) == 1
 
 
 def effective_values(config: EngineConfig, dep: DeploymentSpec) -> dict[str, Any]:
     """Every engine argument as the engine will see it: set ones, else vLLM's defaults."""
-    return {**IMPLICIT_DEFAULTS, **vllm_default_values(dep), **config.explicit()}
+    values = {**IMPLICIT_DEFAULTS, **vllm_default_values(dep), **config.explicit()}
+    values["async_scheduling"] = resolved_async_scheduling(values, dep)
+    values["max_cudagraph_capture_size"] = resolved_max_capture_size(values, dep)
+    return values
+
+
+def resolved_max_capture_size(values: dict[str, Any], dep: DeploymentSpec) -> int:
+    """The largest CUDA-graph capture size (tokens) vLLM 0.33 uses on a GPU: the one asked
+    for, else min(2 x max_num_seqs, 512), never above max_num_batched_tokens
+    (VllmConfig._set_cudagraph_sizes; 1024 is the default ceiling only on Blackwell, which the
+    catalogue lacks). 0 where there are no graphs (CPU build, enforce_eager)."""
+    if dep.gpu_info.device == "cpu" or values["enforce_eager"]:
+        return 0
+    asked = values.get("max_cudagraph_capture_size")
+    size = int(asked) if asked is not None else min(2 * int(values["max_num_seqs"]), 512)
+    return min(size, int(values["max_num_batched_tokens"]))
 
 
 def vllm_defaults(dep: DeploymentSpec) -> EngineConfig:

@@ -7,6 +7,7 @@ to vLLM's own argument parser, so a flag vLLM does not know never reaches an eng
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -25,6 +26,22 @@ REMOVED_ARGS: dict[str, str] = {
     "num_scheduler_steps": "multi-step scheduling was removed",
     "disable_log_requests": "use --enable-log-requests / --no-enable-log-requests",
 }
+
+
+class SpeculativeConfig(BaseModel):
+    """`--speculative-config`: the draft method and how many tokens it proposes per step.
+
+    Only methods that need no separate draft model: `mtp` (the model's own multi-token-
+    prediction layers; vLLM maps the per-model names such as `deepseek_mtp` to it) and `ngram`
+    (prompt lookup on the CPU). vLLM takes more keys; a trial tunes only these.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    method: Literal["mtp", "ngram"]
+    num_speculative_tokens: int = Field(gt=0)
+    prompt_lookup_max: int | None = Field(default=None, ge=1)  # ngram only
+    prompt_lookup_min: int | None = Field(default=None, ge=1)  # ngram only
 
 
 class EngineConfig(BaseModel):
@@ -46,6 +63,14 @@ class EngineConfig(BaseModel):
     long_prefill_token_threshold: int | None = Field(default=None, ge=0)
     kv_cache_dtype: Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"] | None = None
     enforce_eager: bool | None = None
+    # GPUs used = tensor x pipeline x data parallel size.
+    pipeline_parallel_size: int | None = Field(default=None, gt=0)
+    # vLLM's None turns async scheduling on where nothing forbids it (GPUs); the CPU build
+    # always turns it off.
+    async_scheduling: bool | None = None
+    # The largest decode batch (tokens) run as a CUDA graph; bigger ones run eagerly.
+    max_cudagraph_capture_size: int | None = Field(default=None, gt=0)
+    speculative_config: SpeculativeConfig | None = None
 
     @field_validator("gpu_memory_utilization")
     @classmethod
@@ -70,8 +95,9 @@ class EngineConfig(BaseModel):
             raise ConfigError(f"engine argument {where}: {first['msg']}") from None
 
     def explicit(self) -> dict[str, Any]:
-        """The arguments that are set, in field order (None ones are vLLM's defaults)."""
-        return {k: v for k, v in self.model_dump().items() if v is not None}
+        """The arguments that are set, in field order (None ones are vLLM's defaults); a
+        nested config (speculative_config) as a plain dict of its set keys."""
+        return self.model_dump(exclude_none=True)
 
     def merged(self, **overrides: Any) -> EngineConfig:
         return EngineConfig.from_mapping({**self.explicit(), **overrides})
@@ -84,6 +110,9 @@ class EngineConfig(BaseModel):
             if isinstance(value, bool):
                 # vLLM's booleans are BooleanOptionalAction: --x / --no-x.
                 args.append(f"--{flag}" if value else f"--no-{flag}")
+            elif isinstance(value, dict):
+                # vLLM parses a config-valued flag with json.loads.
+                args += [f"--{flag}", json.dumps(value, separators=(",", ":"))]
             else:
                 args += [f"--{flag}", str(value)]
         return args
@@ -93,7 +122,8 @@ class EngineConfig(BaseModel):
 
         Keys are kebab-case on purpose: vLLM turns `key: false` into `--no-key` only when that
         option string exists, so a snake_case `enable_chunked_prefill: false` would be silently
-        dropped (seen in vLLM 0.32's FlexibleArgumentParser.load_config_file).
+        dropped (seen in vLLM 0.32's FlexibleArgumentParser.load_config_file). A nested
+        mapping (speculative_config) stays a mapping: the loader turns it into JSON itself.
         """
         data = {name.replace("_", "-"): value for name, value in self.explicit().items()}
         return yaml.safe_dump(data, sort_keys=False)

@@ -116,7 +116,11 @@ class TrialSpec:
 
     @property
     def gpus(self) -> int:
-        return self.deployment.tensor_parallel_size
+        """GPUs the trial's engine occupies: tensor x pipeline x data parallel size as its
+        config sets them (tensor: else the deployment's; the others: else vLLM's 1)."""
+        c = self.config
+        return ((c.tensor_parallel_size or self.deployment.tensor_parallel_size)
+                * (c.pipeline_parallel_size or 1) * (c.data_parallel_size or 1))
 
 
 class TrialOutcome(BaseModel):

@@ -1,7 +1,7 @@
 """The `ray` executor: one Ray actor per trial, asking for the trial's GPUs.
 
 Ray's resource accounting is what keeps two engines off one GPU: an actor asks for
-`num_gpus = tensor_parallel_size`, and Ray sets CUDA_VISIBLE_DEVICES to the GPUs it grants.
+`num_gpus` = tensor x pipeline x data parallel size (TrialSpec.gpus), and Ray sets CUDA_VISIBLE_DEVICES to the GPUs it grants.
 On a machine without GPUs (the simulator, a laptop) a local Ray is started with logical GPUs,
 `slots * gpus_per_trial` of them unless `logical_gpu_count` says otherwise; with `address` it
 joins an existing cluster instead.
@@ -101,6 +101,7 @@ class RayExecutor(Executor):
         self._started_ray = False
         self._env_before: tuple[str | None, bool] | None = None
         self._running: dict[Any, tuple[TrialSpec, Any]] = {}
+        self._refused: list[TrialOutcome] = []  # trials no node group could ever host
 
     def open(self, slots: int, gpus_per_trial: int) -> None:
         self.gpus_per_trial = gpus_per_trial
@@ -136,12 +137,24 @@ class RayExecutor(Executor):
                         gpus_per_trial)
 
     def submit(self, spec: TrialSpec) -> None:
+        # A trial's parallel layout (tensor x pipeline x data) may ask for more GPUs than the
+        # whole cluster has; Ray would keep it pending forever.
+        total = int(ray.cluster_resources().get("GPU", 0))
+        if spec.gpus > total:
+            self._refused.append(TrialOutcome.failed(
+                spec.trial_number, "invalid_args",
+                f"the config needs {spec.gpus} GPUs (tensor x pipeline x data parallel size); "
+                f"the Ray cluster has {total}"))
+            return
         actor = TrialActor.options(num_gpus=spec.gpus,  # type: ignore[attr-defined]
                                    name=f"trial-{spec.study_name}-{spec.trial_number}",
                                    max_restarts=0).remote()
         self._running[actor.run.remote(spec)] = (spec, actor)
 
     def wait(self) -> list[TrialOutcome]:
+        if self._refused:
+            refused, self._refused = self._refused, []
+            return refused
         if not self._running:
             return []
         ready, _ = ray.wait(list(self._running), num_returns=1)

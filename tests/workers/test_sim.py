@@ -65,8 +65,10 @@ def test_ttft_explodes_once_the_rate_passes_capacity(demo_trace: Trace) -> None:
     low = run(config, DEMO, demo_trace, 1)
     high = run(config, DEMO, demo_trace, 64)
     assert high.ttft_p99_ms > 50 * low.ttft_p99_ms
-    # Past capacity the output rate stops following the offered rate.
-    assert high.output_tok_s < 0.2 * 64 * low.output_tok_s
+    # Past capacity the output rate stops following the offered rate: doubling it again
+    # hardly moves the output.
+    higher = run(config, DEMO, demo_trace, 128)
+    assert higher.output_tok_s < 1.15 * high.output_tok_s
 
 
 def test_larger_token_budget_trades_ttft_for_inter_token_latency(long_prompts: Trace) -> None:

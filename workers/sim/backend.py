@@ -38,10 +38,11 @@ def _check_args(values: dict[str, Any], device: str) -> None:
 
 
 def _check_parallel(values: dict[str, Any], deployment: DeploymentSpec) -> None:
-    gpus = values["tensor_parallel_size"] * values["data_parallel_size"]
+    gpus = (values["tensor_parallel_size"] * values["pipeline_parallel_size"]
+            * values["data_parallel_size"])
     if gpus > deployment.gpu_count:
-        raise StartFailure(f"tensor x data parallel size needs {gpus} GPUs; the deployment has "
-                           f"{deployment.gpu_count}", "invalid_args")
+        raise StartFailure(f"tensor x pipeline x data parallel size needs {gpus} GPUs; the "
+                           f"deployment has {deployment.gpu_count}", "invalid_args")
     if values["data_parallel_size"] > 1 and deployment.model_info.num_experts:
         # vLLM's DP couples the replicas of an MoE model (lockstep MoE layers, experts sharded
         # over DP x TP): the simulator's independent replicas would overstate it.
@@ -50,10 +51,23 @@ def _check_parallel(values: dict[str, Any], deployment: DeploymentSpec) -> None:
                            "invalid_args")
 
 
+def _check_modelled(values: dict[str, Any]) -> None:
+    """Engine features the simulator has no model of: refused, never silently ignored."""
+    if values["pipeline_parallel_size"] > 1:
+        # Stages, micro-batches and their bubble are not modelled; treating PP as TP would
+        # overstate it.
+        raise StartFailure("the simulator does not model pipeline parallelism "
+                           "(pipeline_parallel_size > 1); not simulated", "invalid_args")
+    if values.get("speculative_config"):
+        raise StartFailure("the simulator does not model speculative decoding "
+                           "(speculative_config); not simulated", "invalid_args")
+
+
 def engine_shape(config: EngineConfig, deployment: DeploymentSpec) -> EngineShape:
     values = effective_values(config, deployment)
     try:
         _check_args(values, deployment.gpu_info.device)
+        _check_modelled(values)
         _check_parallel(values, deployment)
     except StartFailure as exc:
         raise EngineStartError(f"simulated engine failed to start: {exc}",

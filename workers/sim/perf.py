@@ -11,7 +11,12 @@ A step's time is a roofline per part (linear layers: weight bytes against FLOPs,
 reading only the experts the batch touches; attention: KV bytes read against FLOPs), plus
 tensor-parallel all-reduces, CPU costs per step, per sequence and per prompt token, and the
 block-table walk. Decode-only batches are padded to CUDA-graph capture sizes; without graphs
-(`enforce_eager`) every layer pays its kernel launches. Coefficients come from a profile.
+(`enforce_eager`, or a batch above `max_cudagraph_capture_size`) every layer pays its kernel
+launches. The CUDA-graph pool grows with the largest capture size. Without async scheduling
+the CPU's share of a step (scheduling, input preparation, output handling) runs between GPU
+steps and adds to them; with it, vLLM prepares step n+1 while the GPU runs step n, so a step
+takes the longer of the two (the residual synchronisation is not modelled). Coefficients come
+from a profile.
 """
 
 from __future__ import annotations
@@ -51,11 +56,19 @@ class EngineShape:
     long_prefill_token_threshold: int = 0
     kv_cache_dtype: str = "auto"
     enforce_eager: bool = False
+    async_scheduling: bool = False
+    # None = vLLM's default, min(2 * max_num_seqs, 512); capped at max_num_batched_tokens.
+    max_cudagraph_capture_size: int | None = None
 
 
-def cudagraph_sizes(max_num_seqs: int) -> tuple[int, ...]:
-    """vLLM's default capture sizes: 1, 2, 4, then every 8 up to min(512, 2 * max_num_seqs)."""
-    top = min(512, 2 * max_num_seqs)
+def cudagraph_sizes(max_num_seqs: int, max_capture_size: int | None = None,
+                    max_num_batched_tokens: int | None = None) -> tuple[int, ...]:
+    """Capture sizes: 1, 2, 4, then every 8 up to the largest, which is max_capture_size or
+    vLLM's default min(512, 2 * max_num_seqs), never above max_num_batched_tokens. vLLM lowers
+    a largest size off its grid to the grid size below it, as here."""
+    top = min(512, 2 * max_num_seqs) if max_capture_size is None else max_capture_size
+    if max_num_batched_tokens is not None:
+        top = min(top, max_num_batched_tokens)
     return tuple(s for s in (1, 2, 4, *range(8, top + 1, 8)) if s <= top)
 
 
@@ -78,7 +91,10 @@ class PerfModel:
         peak = gpu.fp8_tflops if model.dense_bytes_per_param <= 1 else gpu.bf16_tflops
         self.flops = peak * 1e12 * c.compute_efficiency
         self.graphs = () if shape.enforce_eager or gpu.device == "cpu" else (
-            cudagraph_sizes(shape.max_num_seqs))
+            cudagraph_sizes(shape.max_num_seqs, shape.max_cudagraph_capture_size,
+                            shape.max_num_batched_tokens))
+        # The CPU build never schedules asynchronously (vLLM's CPU platform turns it off).
+        self.overlap_cpu = shape.async_scheduling and gpu.device == "gpu"
         self.block_bytes = bs * self.layout.bytes_per_token
         self.fixed_blocks_per_seq = math.ceil(self.layout.fixed_bytes_per_seq / self.block_bytes)
         self._graph_max = self.graphs[-1] if self.graphs else 0
@@ -89,7 +105,8 @@ class PerfModel:
         self._base_cache: dict[int, float] = {}
         self._regimes: dict[int, tuple[list[float], list[tuple[float, float]]]] = {}
         self._block_cost = c.block_s * model.num_layers
-        self._cpu_seq, self._cpu_token = c.cpu_seq_s, c.cpu_prefill_token_s
+        self._cpu_step, self._cpu_seq, self._cpu_token = (c.cpu_step_s, c.cpu_seq_s,
+                                                          c.cpu_prefill_token_s)
         self.kv_gib = self._kv_gib(cpu_kvcache_space_gib)
         self.num_blocks = self._kv_blocks()
 
@@ -98,8 +115,10 @@ class PerfModel:
         tp = s.tensor_parallel_size
         activation = (s.max_num_batched_tokens * m.hidden_size * c.activation_bytes_per_token_hidden
                       + s.max_num_seqs * m.vocab_size / tp * 4) / GIB  # fp32 logits
+        # The pool grows with the largest captured batch: cuda_graph_gib_per_512_seqs per 512
+        # captured tokens (one per sequence in a decode batch).
         graphs = 0.0 if not self.graphs else (
-            c.cuda_graph_gib + c.cuda_graph_gib_per_512_seqs * min(s.max_num_seqs, 512) / 512)
+            c.cuda_graph_gib + c.cuda_graph_gib_per_512_seqs * self.graphs[-1] / 512)
         return {"weights": self.weight_bytes_gpu / GIB, "activation": activation,
                 "cuda_graphs": graphs, "context": c.context_gib}
 
@@ -137,8 +156,8 @@ class PerfModel:
         return blocks
 
     def _base_s(self, tokens: int, graphed: bool) -> float:
-        """The part of a step's time that depends only on its (padded) token count: linear and
-        MoE layers, all-reduces, per-step CPU and kernel launches."""
+        """The GPU part of a step's time that depends only on its (padded) token count: linear
+        and MoE layers, all-reduces and kernel launches."""
         key = tokens * 2 + graphed
         cached = self._base_cache.get(key)
         if cached is not None:
@@ -149,7 +168,7 @@ class PerfModel:
         weight_bytes = (self.dense_params * m.dense_bytes_per_param
                         + self.routed_params * touched * m.expert_bytes_per_param) / tp
         linear_flops = 2 * m.active_params_b * 1e9 * tokens / tp
-        base = max(weight_bytes / self.hbm_bps, linear_flops / self.flops) + c.cpu_step_s
+        base = max(weight_bytes / self.hbm_bps, linear_flops / self.flops)
         if tp > 1:
             base += 2 * m.num_layers * (c.allreduce_latency_s + tokens * m.hidden_size * 2 * 2
                                         * (tp - 1) / tp / (self.gpu.link_gb_s * 1e9))
@@ -167,6 +186,14 @@ class PerfModel:
         sum over chunks of chunk * (context + chunk / 2) attention pairs. Plain floats, no numpy:
         this runs once per simulated step.
         """
+        gpu, cpu = self.step_parts_s(decode_seqs, decode_kv_tokens, prefill_tokens,
+                                     prefill_seqs, prefill_attn_pairs)
+        return max(gpu, cpu) if self.overlap_cpu else gpu + cpu
+
+    def step_parts_s(self, decode_seqs: int, decode_kv_tokens: float, prefill_tokens: int = 0,
+                     prefill_seqs: int = 0, prefill_attn_pairs: float = 0.0
+                     ) -> tuple[float, float]:
+        """One step's (GPU, CPU) seconds, arguments as step_s."""
         tokens = decode_seqs + prefill_tokens
         graphed = prefill_tokens == 0 and 0 < tokens <= self._graph_max
         if graphed:
@@ -180,8 +207,10 @@ class PerfModel:
         # Block-table walk: a decode reads ceil((ctx + 1) / bs) blocks, (ctx + 1) / bs + 1/2 on
         # average; the average keeps a run of decode steps affine in its step index.
         blocks = (decode_kv_tokens + decode_seqs) / self.block_size + decode_seqs / 2
-        return (self._base_s(tokens, graphed) + attention + self._block_cost * blocks
-                + self._cpu_seq * (decode_seqs + prefill_seqs) + self._cpu_token * prefill_tokens)
+        gpu = self._base_s(tokens, graphed) + attention + self._block_cost * blocks
+        cpu = (self._cpu_step + self._cpu_seq * (decode_seqs + prefill_seqs)
+               + self._cpu_token * prefill_tokens)
+        return gpu, cpu
 
     def _decode_regimes(self, seqs: int) -> tuple[list[float], list[tuple[float, float]]]:
         """For decode-only steps of `seqs` sequences: the context sizes (kv tokens, all
@@ -203,6 +232,8 @@ class PerfModel:
             if slope:  # ... and the capped flops line f * cap
                 cuts.append((f * cap - fixed) / slope)
         bounds = sorted(c for c in cuts if c > 0)
+        if self.overlap_cpu:
+            bounds = self._overlap_cuts(seqs, bounds)
         coefs = []
         for lo, hi in zip([0.0, *bounds], [*bounds, float("inf")], strict=True):
             x1, x2 = (lo + 1.0, lo + 2.0) if hi == float("inf") else (lo + (hi - lo) / 3,
@@ -212,6 +243,22 @@ class PerfModel:
             coefs.append((t1 - beta * x1, beta))
         self._regimes[seqs] = (bounds, coefs)
         return bounds, coefs
+
+    def _overlap_cuts(self, seqs: int, bounds: list[float]) -> list[float]:
+        """With async scheduling a decode step takes max(GPU, CPU): the CPU part is constant
+        for a fixed batch, the GPU part affine in kv within each attention regime, so each
+        regime splits once more where the GPU part overtakes the CPU part."""
+        out = list(bounds)
+        for lo, hi in zip([0.0, *bounds], [*bounds, float("inf")], strict=True):
+            x1 = lo + 1.0 if hi == float("inf") else lo + (hi - lo) / 3
+            x2 = lo + 2.0 if hi == float("inf") else lo + 2 * (hi - lo) / 3
+            (g1, cpu), (g2, _) = self.step_parts_s(seqs, x1), self.step_parts_s(seqs, x2)
+            slope = (g2 - g1) / (x2 - x1)
+            if slope > 0:
+                cross = x1 + (cpu - g1) / slope
+                if lo < cross < hi:
+                    out.append(cross)
+        return sorted(out)
 
     def decode_segments(self, seqs: int, kv_tokens: float, steps: int
                         ) -> list[tuple[int, int, float, float]]:
