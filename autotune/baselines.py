@@ -58,11 +58,9 @@ def resolved_async_scheduling(values: dict[str, Any], dep: DeploymentSpec) -> bo
     if asked is not None:
         return bool(asked)
     spec = values.get("speculative_config")
-    if spec and spec["method"] == "ngram":
-        return False  # CPU-side n-gram drafting has no async path: off with a warning
-    # Off with pipeline parallelism on the V1 model runner (the V2 runner keeps it on; the
-    # simulator does not model PP, so the conservative answer).
-    return int(values["pipeline_parallel_size"]) == 1
+    # CPU-side n-gram drafting has no async path: off with a warning. (Pipeline parallelism
+    # turns it off only on the V1 model runner; the V2 runner, the default, keeps it on.)
+    return not (spec and spec["method"] == "ngram")
 
 
 def effective_values(config: EngineConfig, dep: DeploymentSpec) -> dict[str, Any]:

@@ -12,7 +12,14 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from autotune.errors import ConfigError
 
@@ -78,6 +85,15 @@ class EngineConfig(BaseModel):
         # Samplers step floats in binary (0.8799999999999999); engines and people read 0.88.
         return None if value is None else round(value, 4)
 
+    @model_validator(mode="after")
+    def _async_with_spec_method(self) -> EngineConfig:
+        # VllmConfig refuses an explicit --async-scheduling with the CPU n-gram drafter
+        # ("async scheduling is only supported with EAGLE/MTP/Draft Model/NGram GPU ...").
+        spec = self.speculative_config
+        if self.async_scheduling and spec is not None and spec.method == "ngram":
+            raise ValueError("vLLM refuses async_scheduling with the ngram speculative method")
+        return self
+
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
         return tuple(cls.model_fields)
@@ -92,7 +108,9 @@ class EngineConfig(BaseModel):
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
-            raise ConfigError(f"engine argument {where}: {first['msg']}") from None
+            message = str(first["msg"]).removeprefix("Value error, ")
+            raise ConfigError(f"engine argument {where}: {message}" if where
+                              else f"engine config: {message}") from None
 
     def explicit(self) -> dict[str, Any]:
         """The arguments that are set, in field order (None ones are vLLM's defaults); a

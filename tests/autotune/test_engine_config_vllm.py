@@ -57,6 +57,12 @@ def _configs() -> list[EngineConfig]:
             for p in deployment_space(name, dep).params:
                 for value in p.grid() if p.type != "int" else (int(p.low), int(p.high), 100):
                     configs.append(base.merged(**{p.name: value}))
+    # Arguments no built-in space tunes yet (the simulator does not model them).
+    configs += [base.merged(pipeline_parallel_size=2),
+                base.merged(speculative_config={"method": "mtp", "num_speculative_tokens": 3}),
+                base.merged(async_scheduling=False, speculative_config={
+                    "method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 4,
+                    "prompt_lookup_min": 2})]
     space = load_search_space("chat")
     bools = [p.name for p in space.params if p.type == "bool"]
     for combo in itertools.product((True, False), repeat=len(bools)):
