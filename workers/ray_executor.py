@@ -1,7 +1,9 @@
 """The `ray` executor: one Ray actor per trial, asking for the trial's GPUs.
 
 Ray's resource accounting is what keeps two engines off one GPU: an actor asks for
-`num_gpus` = tensor x pipeline x data parallel size (TrialSpec.gpus), and Ray sets CUDA_VISIBLE_DEVICES to the GPUs it grants.
+`num_gpus` = tensor x pipeline x data parallel size (TrialSpec.gpus), and Ray sets
+CUDA_VISIBLE_DEVICES to the GPUs it grants; a trial that asks for more GPUs than the cluster
+has fails as "invalid_args" at once instead of waiting forever.
 On a machine without GPUs (the simulator, a laptop) a local Ray is started with logical GPUs,
 `slots * gpus_per_trial` of them unless `logical_gpu_count` says otherwise; with `address` it
 joins an existing cluster instead.

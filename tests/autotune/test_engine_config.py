@@ -43,3 +43,48 @@ def test_unknown_argument_is_refused() -> None:
 def test_invalid_value_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="gpu_memory_utilization"):
         EngineConfig.from_mapping({"gpu_memory_utilization": 1.5})
+
+
+def test_a_speculative_config_is_one_json_argument_and_a_yaml_mapping() -> None:
+    config = EngineConfig.from_mapping({
+        "async_scheduling": False, "max_cudagraph_capture_size": 256,
+        "pipeline_parallel_size": 2,
+        "speculative_config": {"method": "mtp", "num_speculative_tokens": 2}})
+    assert config.to_cli_args() == [
+        "--pipeline-parallel-size", "2", "--no-async-scheduling",
+        "--max-cudagraph-capture-size", "256",
+        "--speculative-config", '{"method":"mtp","num_speculative_tokens":2}']
+    # Unset keys of the nested config stay unset, as top-level ones do.
+    assert config.explicit()["speculative_config"] == {"method": "mtp",
+                                                       "num_speculative_tokens": 2}
+    assert yaml.safe_load(config.to_yaml())["speculative-config"] == {
+        "method": "mtp", "num_speculative_tokens": 2}
+
+
+def test_speculative_method_and_token_count_are_checked() -> None:
+    with pytest.raises(ConfigError, match="speculative_config.method"):
+        EngineConfig.from_mapping({"speculative_config": {"method": "medusa",
+                                                          "num_speculative_tokens": 2}})
+    with pytest.raises(ConfigError, match="speculative_config.num_speculative_tokens"):
+        EngineConfig.from_mapping({"speculative_config": {"method": "mtp",
+                                                          "num_speculative_tokens": 0}})
+
+
+def test_async_scheduling_with_the_ngram_drafter_is_refused_as_vllm_does() -> None:
+    ngram = {"method": "ngram", "num_speculative_tokens": 3}
+    with pytest.raises(ConfigError, match="^engine config: vLLM refuses async_scheduling"):
+        EngineConfig.from_mapping({"async_scheduling": True, "speculative_config": ngram})
+    # Left to vLLM (None) it just turns async scheduling off.
+    assert EngineConfig.from_mapping({"speculative_config": ngram}).async_scheduling is None
+
+
+def test_a_trial_occupies_tensor_x_pipeline_x_data_parallel_gpus() -> None:
+    from autotune.deployment import DEMO
+    from autotune.records import TrialSpec
+
+    def gpus(**args: int) -> int:
+        return TrialSpec("s", 0, EngineConfig(**args), DEMO, None, None, "sim").gpus
+
+    assert gpus() == DEMO.tensor_parallel_size  # the deployment's layout
+    assert gpus(tensor_parallel_size=2, pipeline_parallel_size=2, data_parallel_size=2) == 8
+    assert gpus(tensor_parallel_size=4, pipeline_parallel_size=2) == 8

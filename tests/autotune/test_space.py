@@ -40,6 +40,8 @@ def test_vllm_default_is_only_known_slow_where_block_16_is_real() -> None:
     ({"block_size": 16}, CPU, "cpu_block_size_multiple"),
     ({"block_size": 16, "max_num_seqs": 128}, GQA, "small_blocks_many_seqs"),
     ({"gpu_memory_utilization": 0.95}, LONG, "high_memory_long_context"),
+    # DEMO has 8 GPUs and TP 8: a second pipeline stage needs 16.
+    ({"pipeline_parallel_size": 2}, DEMO, "parallel_fits_gpus"),
 ])
 def test_each_rule(overrides: dict, dep: DeploymentSpec, rule: str) -> None:
     base = guide_heuristic(dep)
@@ -75,3 +77,28 @@ def test_rule_with_unknown_name_is_refused(tmp_path: Path) -> None:
                             "rules:\n  - {name: mine, require: 'max_batch > 2', message: m}\n")
     with pytest.raises(SearchSpaceError, match="rule 'mine' references unknown name.*max_batch"):
         load_search_space(path)
+
+
+def test_capture_size_exists_only_with_cuda_graphs_on_a_gpu() -> None:
+    from autotune.space import deployment_space
+
+    space = deployment_space("chat", DEMO)
+    graphs = space.param("max_cudagraph_capture_size")
+    assert space.is_active(graphs, {"enforce_eager": False})
+    assert not space.is_active(graphs, {"enforce_eager": True})
+    cpu = deployment_space("chat", CPU)
+    assert not cpu.is_active(cpu.param("max_cudagraph_capture_size"), {})
+    assert not cpu.is_active(cpu.param("async_scheduling"), {})
+
+
+def test_baselines_sit_inside_the_new_dimensions() -> None:
+    """vLLM's resolved defaults (async on, capture min(2 x seqs, 512)) are choices of the
+    built-in spaces, so the baselines can be enqueued."""
+    from autotune.space import deployment_space, space_params
+
+    for name in ("chat", "batch"):
+        space = deployment_space(name, DEMO)
+        for config in (vllm_defaults(DEMO), guide_heuristic(DEMO)):
+            params = space_params(space, config, DEMO)
+            assert params["async_scheduling"] is True
+            assert params["max_cudagraph_capture_size"] == min(2 * params["max_num_seqs"], 512)
