@@ -14,6 +14,9 @@ A space file:
       gpu_memory_utilization: {type: float, low: 0.8, high: 0.96, step: 0.01}
     rules:            # optional, added to the common rules in rules.yaml
       - {name: ..., require: "...", message: "...", severity: error|slow}
+    extends: chat     # optional: a built-in space or a file (relative to this one) whose
+                      # parameters and rules come first; a parameter named again replaces its
+                      # base's definition in place. The profile is not inherited.
 
 - `when` (an expression over earlier parameters and deployment facts): the parameter exists
   only when it holds; otherwise it is never suggested and the engine uses its default. Optuna
@@ -337,21 +340,42 @@ def load_rules_file(path: Path = RULES_FILE) -> tuple[Rule, ...]:
     return _parse_rules(path, data.get("rules"))
 
 
-def load_space_file(path: Path, common_rules: tuple[Rule, ...] | None = None) -> SearchSpace:
-    """Read a space file; its rules are added to the common rules (rules.yaml by default)."""
+def load_space_file(path: Path, common_rules: tuple[Rule, ...] | None = None,
+                    _extending: frozenset[Path] = frozenset()) -> SearchSpace:
+    """Read a space file; its rules are added to the common rules (rules.yaml by default),
+    after those of the space it extends, if any."""
     data = _read_yaml(path)
     if not isinstance(data, dict) or not isinstance(data.get("parameters"), dict):
         raise SpaceError(f"{path}: expected a mapping with a 'parameters' mapping")
-    extra = set(data) - {"name", "description", "profile", "parameters", "rules"}
+    extra = set(data) - {"name", "description", "profile", "parameters", "rules", "extends"}
     if extra:
         raise SpaceError(f"{path}: unknown key(s) {', '.join(sorted(extra))}")
-    params = tuple(_parse_param(path, n, s) for n, s in data["parameters"].items())
+    own = {n: _parse_param(path, n, s) for n, s in data["parameters"].items()}
     if common_rules is None:
         common_rules = load_rules_file()
-    rules = common_rules + _parse_rules(path, data.get("rules"))
+    if data.get("extends") is None:
+        params, rules = tuple(own.values()), common_rules
+    else:
+        base = _load_base(path, str(data["extends"]), common_rules, _extending)
+        params = tuple(own.pop(p.name, p) for p in base.params) + tuple(own.values())
+        rules = base.rules
+    rules = rules + _parse_rules(path, data.get("rules"))
     profile = data.get("profile")
     return SearchSpace(str(data.get("name", path.stem)), str(data.get("description", "")),
                        params, rules, str(profile) if profile is not None else None)
+
+
+def _load_base(path: Path, name: str, common_rules: tuple[Rule, ...],
+               extending: frozenset[Path]) -> SearchSpace:
+    """The space `path` extends: a built-in name, else a file relative to `path`."""
+    base = SPACES_DIR / f"{name}.yaml" if name in builtin_names() else path.parent / name
+    chain = extending | {path.resolve()}
+    if base.resolve() in chain:
+        raise SpaceError(f"{path}: 'extends: {name}' leads back to itself")
+    if not base.is_file():
+        raise SpaceError(f"{path}: 'extends: {name}' is neither a built-in space "
+                         f"({', '.join(builtin_names())}) nor a file next to it")
+    return load_space_file(base, common_rules, chain)
 
 
 def builtin_names() -> list[str]:

@@ -48,3 +48,36 @@ def test_malformed_space_files(tmp_path: Path, text: str, fragment: str) -> None
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(SpaceError, match="does not exist"):
         load_space_file(tmp_path / "nope.yaml")
+
+
+def test_extends_keeps_the_base_order_replaces_in_place_and_adds_rules(tmp_path: Path) -> None:
+    (tmp_path / "base.yaml").write_text(
+        "profile: chat\nparameters:\n  a: {type: bool}\n  b: {type: categorical, choices: [1, 2]}\n"
+        "rules: [{name: base-rule, require: 'a or not a', message: m}]\n")
+    (tmp_path / "child.yaml").write_text(
+        "extends: base.yaml\nparameters:\n  c: {type: bool}\n  b: {type: categorical, choices: [3]}\n"
+        "rules: [{name: child-rule, require: 'c or not c', message: m}]\n")
+    space = load_space_file(tmp_path / "child.yaml", common_rules=())
+    assert space.param_names == ("a", "b", "c")
+    assert space.param("b").choices == (3,)
+    assert [r.name for r in space.rules] == ["base-rule", "child-rule"]
+    assert space.profile is None  # a derived space is nobody's default
+
+
+def test_extends_a_builtin_by_name_with_the_common_rules_once(tmp_path: Path) -> None:
+    (tmp_path / "mine.yaml").write_text("extends: chat\nparameters:\n  x: {type: bool}\n")
+    chat = load_space_file(builtin_space_path("chat"))
+    mine = load_space_file(tmp_path / "mine.yaml")
+    assert mine.param_names == (*chat.param_names, "x")
+    assert [r.name for r in mine.rules] == [r.name for r in chat.rules]
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("extends: nowhere\nparameters: {}", "neither a built-in space"),
+    ("extends: space.yaml\nparameters: {}", "leads back to itself"),
+])
+def test_bad_extends(tmp_path: Path, text: str, fragment: str) -> None:
+    path = tmp_path / "space.yaml"
+    path.write_text(text)
+    with pytest.raises(SpaceError, match=fragment):
+        load_space_file(path, common_rules=())
