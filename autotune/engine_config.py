@@ -85,6 +85,18 @@ class EngineConfig(BaseModel):
         # Samplers step floats in binary (0.8799999999999999); engines and people read 0.88.
         return None if value is None else round(value, 4)
 
+    @field_validator("speculative_config", mode="before")
+    @classmethod
+    def _spec_from_json(cls, value: Any) -> Any:
+        # vLLM's own CLI form, a JSON object as text: how a search space's categorical
+        # parameter carries a nested config (Optuna's choices are scalars).
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except json.JSONDecodeError:
+                raise ValueError(f"not a JSON object: {value!r}") from None
+        return value
+
     @model_validator(mode="after")
     def _async_with_spec_method(self) -> EngineConfig:
         # VllmConfig refuses an explicit --async-scheduling with the CPU n-gram drafter
@@ -116,6 +128,11 @@ class EngineConfig(BaseModel):
         """The arguments that are set, in field order (None ones are vLLM's defaults); a
         nested config (speculative_config) as a plain dict of its set keys."""
         return self.model_dump(exclude_none=True)
+
+    def key(self) -> str:
+        """The set arguments as canonical text: equal for equal configs, and hashable where
+        `explicit()` (a nested config is a dict) is not."""
+        return json.dumps(self.explicit(), sort_keys=True)
 
     def merged(self, **overrides: Any) -> EngineConfig:
         return EngineConfig.from_mapping({**self.explicit(), **overrides})

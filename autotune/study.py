@@ -202,7 +202,7 @@ class StudyController:
         self.stop_reason: str | None = None
         self._infra_in_a_row = 0
         # (fidelity, config) -> its measurement: a repeat reuses only its own fidelity's.
-        self._seen: dict[tuple[str, tuple[tuple[str, Any], ...]], TrialOutcome] = {}
+        self._seen: dict[tuple[str, str], TrialOutcome] = {}  # (fidelity, config key)
         self._in_flight: dict[int, _InFlight] = {}
         self._phase = request.search_backend  # the fidelity trials are being measured on
 
@@ -259,7 +259,7 @@ class StudyController:
             self.observer.on_trial(record)
             self.gpu_hours += row.gpu_hours
             if row.latency_recorded_rate is not None and row.repeat_of is None:
-                self._seen.setdefault((row.fidelity, tuple(sorted(row.engine_config.items()))),
+                self._seen.setdefault((row.fidelity, EngineConfig(**row.engine_config).key()),
                                       resume.outcome_of(row))
         # The budget counts the search's trials (a multi-fidelity campaign's screening ones).
         done = sum(1 for t in rows.values() if t.state != "rejected" and t.repeat_of is None
@@ -487,7 +487,7 @@ class StudyController:
         if blocking:
             self._tell_rejected(study, campaign_id, trial, role, config, blocking)
             return None
-        key = (fidelity, tuple(sorted(config.explicit().items())))
+        key = (fidelity, config.key())
         if key in self._seen:  # the sampler repeated a config: reuse its measurement
             first = self._seen[key].trial_number
             trial.set_user_attr("repeat_of", first)
@@ -554,8 +554,7 @@ class StudyController:
             for key in ("ttft_p99_ms", "tpot_p99_ms", "itl_p99_ms", "e2e_p99_ms"):
                 trial.set_user_attr(key, getattr(outcome.at_capacity, key))
         if outcome.at_recorded_rate is not None:
-            self._seen.setdefault((job.fidelity, tuple(sorted(job.config.explicit().items()))),
-                                  outcome)
+            self._seen.setdefault((job.fidelity, job.config.key()), outcome)
         state = "measured" if outcome.at_recorded_rate is not None else "failed"
         log.info("%s trial %d (%s, %s): %s, capacity %.0f output tok/s%s",
                  self.request.study_name, trial.number, job.role, job.fidelity, state,

@@ -70,6 +70,18 @@ def test_speculative_method_and_token_count_are_checked() -> None:
                                                           "num_speculative_tokens": 0}})
 
 
+def test_a_speculative_config_may_come_as_vllm_json_text() -> None:
+    # How a search space's categorical parameter carries it (Optuna's choices are scalars).
+    text = EngineConfig.from_mapping(
+        {"speculative_config": '{"method": "mtp", "num_speculative_tokens": 3}'})
+    mapping = EngineConfig.from_mapping(
+        {"speculative_config": {"num_speculative_tokens": 3, "method": "mtp"}})
+    assert text == mapping and text.key() == mapping.key()
+    assert hash(text.key()) == hash(mapping.key())  # a dict inside explicit() is not hashable
+    with pytest.raises(ConfigError, match="speculative_config: not a JSON object"):
+        EngineConfig.from_mapping({"speculative_config": "mtp x3"})
+
+
 def test_async_scheduling_with_the_ngram_drafter_is_refused_as_vllm_does() -> None:
     ngram = {"method": "ngram", "num_speculative_tokens": 3}
     with pytest.raises(ConfigError, match="^engine config: vLLM refuses async_scheduling"):
