@@ -47,6 +47,7 @@ IMPLICIT_DEFAULTS: dict[str, Any] = {
     "kv_cache_dtype": "auto",
     "enforce_eager": False,  # CUDA graphs on
     "pipeline_parallel_size": 1,
+    "speculative_config": None,  # no drafting
 }
 
 

@@ -64,6 +64,9 @@ class Model:
     moe_intermediate_size: int = 0
     num_shared_experts: int = 0
     first_dense_layers: int = 0
+    # Multi-token-prediction layers shipped with the checkpoint, which vLLM drafts with
+    # (speculative_config method `mtp`; no separate draft model).
+    mtp: bool = False
 
     @property
     def moe_layers(self) -> int:
@@ -112,27 +115,29 @@ MODELS: dict[str, Model] = {
               "64 heads, one 512-wide K=V entry (rope 64), sliding window 128, compress_ratios "
               "0,0 then 4/128 alternating, indexer 128-wide top-512; 256 routed experts + 1 "
               "shared, 6 per token, expert width 2048, all layers MoE; 284B total, 13B active; "
-              "experts FP4 (0.5 B + block scales), the rest FP8",
+              "experts FP4 (0.5 B + block scales), the rest FP8; an MTP module (vLLM's recipe "
+              "for it, vllm-project/recipes, drafts with speculative method mtp)",
               qk_rope_head_dim=64, compress_ratios=_dsv4_ratios(43), sliding_window=128,
               index_head_dim=128, index_topk=512, num_experts=256, experts_per_token=6,
-              moe_intermediate_size=2048, num_shared_experts=1),
+              moe_intermediate_size=2048, num_shared_experts=1, mtp=True),
         Model("DeepSeek-V4-Pro", 1600, 49, 1.0, 0.53, 61, 7168, 129_280, 1_048_576,
               DSV4, 128, 1, 512, 0,
               "deepseek-ai/DeepSeek-V4-Pro config.json and model card: 61 layers, hidden 7168, "
               "128 heads, 512-wide K=V entry (rope 64), sliding window 128, the Flash "
               "compression pattern; 384 routed experts + 1 shared, 6 per token, expert width "
-              "3072; 1.6T total, 49B active; experts FP4, the rest FP8",
+              "3072; 1.6T total, 49B active; experts FP4, the rest FP8; an MTP module, as Flash",
               qk_rope_head_dim=64, compress_ratios=_dsv4_ratios(61), sliding_window=128,
               index_head_dim=128, index_topk=512, num_experts=384, experts_per_token=6,
-              moe_intermediate_size=3072, num_shared_experts=1),
+              moe_intermediate_size=3072, num_shared_experts=1, mtp=True),
         Model("DeepSeek-V3", 671, 37, 1.0, 1.0, 61, 7168, 129_280, 163_840,
               MLA, 128, 1, 192, 18_432,
               "deepseek-ai/DeepSeek-V3 config.json: 61 layers, hidden 7168, 128 heads, MLA "
               "kv_lora_rank 512 + qk_rope 64 (qk_nope 128, v 128); 256 routed experts + 1 "
-              "shared, 8 per token, expert width 2048, first 3 layers dense (18432); FP8",
+              "shared, 8 per token, expert width 2048, first 3 layers dense (18432); FP8; "
+              "num_nextn_predict_layers 1 (MTP)",
               kv_lora_rank=512, qk_rope_head_dim=64, v_head_dim=128, num_experts=256,
               experts_per_token=8, moe_intermediate_size=2048, num_shared_experts=1,
-              first_dense_layers=3),
+              first_dense_layers=3, mtp=True),
         Model("Llama-3.1-8B", 8.03, 8.03, 2.0, 2.0, 32, 4096, 128_256, 131_072,
               GQA, 32, 8, 128, 14_336,
               "meta-llama/Llama-3.1-8B config.json: 32 layers, hidden 4096, 32 heads, 8 KV "

@@ -62,6 +62,7 @@ class DeploymentSpec(BaseModel):
         return {"device": g.device, "gpu_memory_gib": g.memory_gib, "gpu_count": self.gpu_count,
                 "max_model_len": self.max_model_len, "model_is_moe": m.num_experts > 0,
                 "model_weight_gib": m.weight_bytes / 2**30,
+                "model_has_mtp": m.mtp,
                 # MLA-family kernels page the KV cache in their own blocks (FlashMLA: 64 tokens)
                 # whatever --block-size says; 0 where the engine uses block_size as given.
                 "kernel_block_tokens": 64 if g.device == "gpu" and m.attention in (
@@ -69,7 +70,7 @@ class DeploymentSpec(BaseModel):
 
 
 RULE_CONTEXT_NAMES = {"device", "gpu_memory_gib", "gpu_count", "max_model_len", "model_is_moe",
-                      "model_weight_gib", "kernel_block_tokens"}
+                      "model_weight_gib", "model_has_mtp", "kernel_block_tokens"}
 
 # The deployment `make tune` and the embedded defaults use.
 DEMO = DeploymentSpec(

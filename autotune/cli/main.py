@@ -182,7 +182,7 @@ def tune(
     from autotune.records import CapacitySearch
     from autotune.samplers import make_sampler
     from autotune.slo import parse_slo
-    from autotune.space import deployment_space, space_name_for
+    from autotune.space import check_searchable, deployment_space, space_name_for
     from autotune.storage import repo
     from autotune.storage.db import session_scope
     from autotune.study import CampaignRequest, StudyController
@@ -214,7 +214,9 @@ def tune(
                                 tensor_parallel_size=tp or gpus, max_model_len=max_model_len,
                                 traffic_profile=traffic)
     space_name = space_name_for(spec, space)
-    make_sampler(sampler, deployment_space(space_name, spec), seed=seed)  # refuse bad input now
+    bound = deployment_space(space_name, spec)
+    check_searchable(bound, screen_plan[0] if screen_plan else backend)
+    make_sampler(sampler, bound, seed=seed)  # refuse bad input now
     path_slos = {"hot": slo_hot, "warm": slo_warm, "cold": slo_cold}
     per_path = per_path or paths is not None
     if not per_path and any(path_slos.values()):

@@ -7,6 +7,7 @@ and even campaign names can hold anything.
 from __future__ import annotations
 
 import html
+import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -48,6 +49,8 @@ def _arg(value: Any) -> str:
         return "on" if value else "off"
     if value is None:
         return "-"
+    if isinstance(value, dict):  # a nested config (speculative_config): vLLM's flag form
+        return json.dumps(value, separators=(",", ":"))
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 

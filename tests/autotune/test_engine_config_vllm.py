@@ -57,7 +57,8 @@ def _configs() -> list[EngineConfig]:
             for p in deployment_space(name, dep).params:
                 for value in p.grid() if p.type != "int" else (int(p.low), int(p.high), 100):
                     configs.append(base.merged(**{p.name: value}))
-    # Arguments no built-in space tunes yet (the simulator does not model them).
+    # Arguments no built-in space tunes (pipeline parallelism) or tunes only in part (chat-
+    # speculative offers mtp drafting only).
     configs += [base.merged(pipeline_parallel_size=2),
                 base.merged(speculative_config={"method": "mtp", "num_speculative_tokens": 3}),
                 base.merged(async_scheduling=False, speculative_config={

@@ -8,8 +8,15 @@ import pytest
 
 from autotune.baselines import BASELINES
 from autotune.deployment import DEMO, DeploymentSpec
+from autotune.engine_config import EngineConfig
 from autotune.errors import SearchSpaceError
-from autotune.space import deployment_space, load_search_space, space_name_for, space_params
+from autotune.space import (
+    check_searchable,
+    deployment_space,
+    load_search_space,
+    space_name_for,
+    space_params,
+)
 
 DENSE = DeploymentSpec(name="dense", model="Llama-3.1-8B", gpu="H100-80GB", gpu_count=8,
                        tensor_parallel_size=8, max_model_len=8192, traffic_profile="batch")
@@ -55,7 +62,7 @@ def test_parallel_layout_only_where_the_simulator_models_it() -> None:
     assert gpu.is_active(gpu.param("kv_cache_dtype"), {})
 
 
-@pytest.mark.parametrize("space", ["chat", "batch", "default"])
+@pytest.mark.parametrize("space", ["chat", "batch", "default", "chat-speculative"])
 @pytest.mark.parametrize("dep", [DEMO, DENSE, SMALL_GPU, CPU], ids=lambda d: d.name)
 def test_every_baseline_lies_inside_every_builtin_space(space: str, dep: DeploymentSpec) -> None:
     bound = deployment_space(space, dep)
@@ -76,3 +83,31 @@ def test_removed_args_in_a_space_are_refused_with_the_reason(tmp_path: Path, arg
     path.write_text(f"parameters:\n  {arg}: {{type: categorical, choices: [1, 2]}}\n")
     with pytest.raises(SearchSpaceError, match=f"{arg}' no longer exists in vLLM.*{reason}"):
         load_search_space(str(path))
+
+
+def test_speculative_decoding_only_on_gpus_for_models_with_mtp_layers() -> None:
+    moe, dense, cpu = (deployment_space("chat-speculative", d) for d in (DEMO, DENSE, CPU))
+    assert moe.is_active(moe.param("speculative_config"), {})  # DeepSeek-V4-Flash ships MTP
+    assert not dense.is_active(dense.param("speculative_config"), {})  # Llama does not
+    assert not cpu.is_active(cpu.param("speculative_config"), {})
+    assert "speculative_config" not in load_search_space("chat").param_names  # opt-in only
+
+
+def test_a_speculative_config_maps_to_its_choice_and_back() -> None:
+    space = deployment_space("chat-speculative", DEMO)
+    choice = space.param("speculative_config").choices[2]
+    config = EngineConfig(max_model_len=4096).merged(speculative_config=choice)
+    assert config.explicit()["speculative_config"] == {"method": "mtp",
+                                                       "num_speculative_tokens": 2}
+    assert space_params(space, config, DEMO)["speculative_config"] == choice
+    # No drafting is a choice too, so every baseline can be enqueued.
+    assert space_params(space, EngineConfig(max_model_len=4096), DEMO)["speculative_config"] is None
+
+
+def test_a_space_the_simulator_cannot_run_is_refused_for_it() -> None:
+    space = deployment_space("chat-speculative", DEMO)
+    with pytest.raises(SearchSpaceError, match="simulator does not model.*--backend vllm"):
+        check_searchable(space, "sim")
+    check_searchable(space, "vllm")
+    # Where the deployment switches drafting off, the space is plain chat: fine to simulate.
+    check_searchable(deployment_space("chat-speculative", CPU), "sim")

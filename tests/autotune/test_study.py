@@ -175,3 +175,41 @@ def test_repeated_infrastructure_failures_stop_the_campaign(migrated_sqlite: str
     with pytest.raises(ConfigError, match="3 trials in a row failed in the workers"):
         StudyController(engine, migrated_sqlite, _request(migrated_sqlite), workers).run()
     engine.dispose()
+
+
+class _GpuEngineStandIn(InlineExecutor):
+    """Where a GPU engine would serve the trial: the simulator, with drafting left out (it has
+    no model of it). What is checked is the controller's handling of nested configs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.drafting: list[dict[str, object]] = []
+
+    def wait(self):  # type: ignore[no-untyped-def]
+        import dataclasses
+
+        from autotune.executors import execute_trial
+
+        spec = self._queue.pop(0)
+        if spec.config.speculative_config is not None:
+            self.drafting.append(spec.config.explicit()["speculative_config"])
+        plain = spec.config.model_copy(update={"speculative_config": None})
+        return [execute_trial(dataclasses.replace(spec, config=plain, backend="sim"))]
+
+
+def test_a_campaign_searches_speculative_decoding_on_real_engines(migrated_sqlite: str) -> None:
+    engine = open_database(migrated_sqlite)
+    workers = _GpuEngineStandIn()
+    request = _request(migrated_sqlite, backend="vllm", search_space="chat-speculative",
+                       max_trials=14, seed=3)
+    campaign_id = StudyController(engine, migrated_sqlite, request, workers).run()
+    with session_scope(engine) as s:
+        c = s.get(Campaign, campaign_id)
+        assert c is not None and c.status == "completed"
+        stored = [t.engine_config.get("speculative_config") for t in c.trials
+                  if t.state == "measured"]
+    engine.dispose()
+    # Proposals draft with MTP, stored as vLLM's nested config, and reached the engines so.
+    drafted = [d for d in stored if d is not None]
+    assert drafted and all(d["method"] == "mtp" for d in drafted)
+    assert workers.drafting and all(d in drafted for d in workers.drafting)

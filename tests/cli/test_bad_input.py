@@ -49,6 +49,8 @@ def _assert_one_line_error(proc, fragment: str) -> None:  # type: ignore[no-unty
     (lambda tmp: ["--deadline", "tomorrow"], "is not an ISO 8601 time"),
     (lambda tmp: ["--max-gpu-hours", "0"], "--max-gpu-hours must be positive"),
     (lambda tmp: ["--max-gpu-hours", "nan"], "--max-gpu-hours must be positive"),
+    (lambda tmp: ["--space", "chat-speculative"],
+     "searches speculative_config, which the simulator does not model"),
 ])
 def test_bad_tune_input_writes_nothing(tmp_path: Path, migrated_sqlite: str, make_args,  # type: ignore[no-untyped-def]
                                        fragment: str) -> None:
