@@ -14,16 +14,25 @@ from workers.sim.profile import find_profile
 pytestmark = pytest.mark.integration
 
 
-def test_a_profile_fitted_to_real_engines_predicts_them_better(tmp_path: Path) -> None:
+def test_a_fit_to_real_engines_finds_them_from_a_wrong_profile(tmp_path: Path) -> None:
     measured = measure_real([{"max_num_seqs": 4}, {"max_num_seqs": 32}], fidelity_trace(24),
                             engine_python(), tmp_path)
     assert not [p for p in vllm_processes() if str(tmp_path) in p]  # its engines are gone
     assert len(measured) == 4 and all(m.observed["output_tok_s"] > 0 for m in measured)
-    base = find_profile("cpu", "tiny-llama", "cpu", None)
-    fitted, _, after, _ = calibrate(measured, base, max_evals=150)
+    bundled = find_profile("cpu", "tiny-llama", "cpu", None)
+    c = bundled.coefficients
+    # Start from a clearly wrong profile (CPU costs 8x too high): the bundled one was itself
+    # fitted to such engines, so how much a fit beats it on four short, noisy replays is luck
+    # (it once improved on it by 23%, once by more than 30%).
+    wrong = bundled.with_coefficients(cpu_step_s=8 * c.cpu_step_s,
+                                      cpu_prefill_token_s=8 * c.cpu_prefill_token_s)
+    fitted, _, after, _ = calibrate(measured, wrong, max_evals=150)
     assert fitted.fit is not None
-    # The bundled profile is a guess; fitted to these engines it must explain them clearly
-    # better (the loss is the mean squared log error the fit minimises).
-    assert fitted.fit["loss_after"] < 0.7 * fitted.fit["loss_before"]
+    # The fit finds these engines (the loss is the mean squared log error it minimises) ...
+    assert fitted.fit["loss_after"] < 0.5 * fitted.fit["loss_before"]
     assert after["output_tok_s"] < 0.35
-    assert fitted.coefficients != base.coefficients
+    assert fitted.coefficients != wrong.coefficients
+    # ... about as well as the bundled profile explains them, or better.
+    bundled_fit = calibrate(measured, bundled, max_evals=1)[0].fit
+    assert bundled_fit is not None
+    assert fitted.fit["loss_after"] < 1.5 * bundled_fit["loss_before"]
