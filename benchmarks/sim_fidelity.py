@@ -115,22 +115,13 @@ def main() -> None:
     for col in ("config", "rate x", "tok/s real", "tok/s sim", "err", "TTFT p99 real ms",
                 "sim ms", "err", "load"):
         table.add_column(col, justify="right")
-    tput_err, ttft_err, real_tput, sim_tput = [], [], [], []
-    real_top, sim_top = [], []  # at the saturating multiplier
-    per_scale: dict[float, list[tuple[float, float]]] = {}
+    rows = []  # per held-out replay: multiplier, real and predicted throughput, errors
     for m in measured[fit_n:]:
         pred = predict(m, quiet)
         assert pred is not None, f"the simulator would not start {m.config}"
         te = abs(pred.output_tok_s / m.observed["output_tok_s"] - 1)
         le = abs(pred.ttft_p99_ms / m.observed["ttft_p99_ms"] - 1)
-        tput_err.append(te)
-        ttft_err.append(le)
-        per_scale.setdefault(m.rate_scale, []).append((te, le))
-        real_tput.append(m.observed["output_tok_s"])
-        sim_tput.append(pred.output_tok_s)
-        if m.rate_scale == max(SCALES):
-            real_top.append(m.observed["output_tok_s"])
-            sim_top.append(pred.output_tok_s)
+        rows.append((m.rate_scale, m.observed["output_tok_s"], pred.output_tok_s, te, le))
         table.add_row(json.dumps(m.config.explicit() | {"max_model_len": None},
                                  separators=(",", ":")).replace(',"max_model_len":null', ""),
                       f"{m.rate_scale:g}", f"{m.observed['output_tok_s']:.0f}",
@@ -142,17 +133,20 @@ def main() -> None:
         f"{k} {before[k]:.0%} -> {after[k]:.0%}" for k in before))
     console.print("fitted: " + ", ".join(f"{k}={getattr(fitted.coefficients, k):.3g}"
                                          for k in fitted.fit["coefficients_fitted"]))  # type: ignore[index]
+    _, real, sim, tput_err, ttft_err = zip(*rows, strict=True)
+    top = [r for r in rows if r[0] == max(SCALES)]  # the saturating multiplier
     print(json.dumps({"throughput_err_max": round(max(tput_err), 4),
                       "ttft_p99_err_max": round(max(ttft_err), 4),
                       "throughput_err_mean": round(float(np.mean(tput_err)), 4),
                       "ttft_p99_err_mean": round(float(np.mean(ttft_err)), 4),
-                      "spearman": round(spearman(real_top, sim_top), 3),
-                      "spearman_pooled": round(spearman(real_tput, sim_tput), 3),
+                      "spearman": round(spearman([r[1] for r in top], [r[2] for r in top]), 3),
+                      "spearman_pooled": round(spearman(list(real), list(sim)), 3),
                       "scales": list(SCALES), "requests": len(trace),
-                      "err_max_by_scale": {f"{k:g}": {"throughput": round(max(t for t, _ in v), 4),
-                                                      "ttft_p99": round(max(x for _, x in v), 4)}
-                                           for k, v in per_scale.items()},
-                      "held_out_replays": len(tput_err)}))
+                      "err_max_by_scale": {
+                          f"{k:g}": {"throughput": round(max(r[3] for r in rows if r[0] == k), 4),
+                                     "ttft_p99": round(max(r[4] for r in rows if r[0] == k), 4)}
+                          for k in SCALES},
+                      "held_out_replays": len(rows)}))
 
 
 if __name__ == "__main__":

@@ -64,6 +64,30 @@ def relative_errors(measurements: Sequence[Measurement], profile: Profile,
     return {k: float(np.mean(v)) if v else float("nan") for k, v in errs.items()}
 
 
+def loss_of(measurements: Sequence[Measurement], profile: Profile) -> float:
+    """The loss `calibrate` minimises, for one profile as it is (noise off)."""
+    from workers.sim.backend import engine_shape
+
+    cases = [_Case(m, engine_shape(m.config, m.deployment)) for m in measurements]
+    return _loss(cases, profile.with_coefficients(noise_cv=0.0))
+
+
+def _loss(cases: Sequence[_Case], profile: Profile) -> float:
+    """Mean weighted squared log error of the predictions over the measured metrics."""
+    total, count = 0.0, 0
+    for case in cases:
+        pred = predict(case.measurement, profile, shape=case.shape)
+        for metric, weight in TARGETS.items():
+            obs = case.measurement.observed.get(metric)
+            if obs is None or not math.isfinite(obs) or obs <= 0:
+                continue
+            value = getattr(pred, metric) if pred is not None else float("nan")
+            err = math.log(value / obs) if math.isfinite(value) and value > 0 else 10.0
+            total += weight * err * err
+            count += 1
+    return total / max(count, 1)
+
+
 def calibrate(measurements: Sequence[Measurement], base: Profile, *,
               coefficients: Sequence[str] = FIT_COEFFICIENTS, max_evals: int = 300,
               source: str = "") -> tuple[Profile, dict[str, float], dict[str, float], int]:
@@ -91,19 +115,7 @@ def calibrate(measurements: Sequence[Measurement], base: Profile, *,
         return quiet.with_coefficients(**values)
 
     def loss(x: np.ndarray) -> float:
-        profile = profile_at(x)
-        total, count = 0.0, 0
-        for case in cases:
-            pred = predict(case.measurement, profile, shape=case.shape)
-            for metric, weight in TARGETS.items():
-                obs = case.measurement.observed.get(metric)
-                if obs is None or not math.isfinite(obs) or obs <= 0:
-                    continue
-                value = getattr(pred, metric) if pred is not None else float("nan")
-                err = math.log(value / obs) if math.isfinite(value) and value > 0 else 10.0
-                total += weight * err * err
-                count += 1
-        return total / max(count, 1)
+        return _loss(cases, profile_at(x))
 
     loss_before = loss(x0)
     x, evals = nelder_mead(loss, x0, max_evals=max_evals)
