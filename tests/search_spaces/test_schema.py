@@ -37,6 +37,8 @@ def test_grid_of_a_stepped_float() -> None:
     ("parameters: {}\nrules: [{name: x}]", "needs 'name', 'require' and 'message'"),
     ("parameters: {}\nrules: [{name: x, require: 'a >', message: m}]", "cannot parse"),
     ("parameters: [", "not valid YAML"),
+    ("extends: nowhere\nparameters: {}", "neither a built-in space"),
+    ("extends: space.yaml\nparameters: {}", "leads back to itself"),  # the file itself
 ])
 def test_malformed_space_files(tmp_path: Path, text: str, fragment: str) -> None:
     path = tmp_path / "space.yaml"
@@ -70,14 +72,3 @@ def test_extends_a_builtin_by_name_with_the_common_rules_once(tmp_path: Path) ->
     mine = load_space_file(tmp_path / "mine.yaml")
     assert mine.param_names == (*chat.param_names, "x")
     assert [r.name for r in mine.rules] == [r.name for r in chat.rules]
-
-
-@pytest.mark.parametrize("text, fragment", [
-    ("extends: nowhere\nparameters: {}", "neither a built-in space"),
-    ("extends: space.yaml\nparameters: {}", "leads back to itself"),
-])
-def test_bad_extends(tmp_path: Path, text: str, fragment: str) -> None:
-    path = tmp_path / "space.yaml"
-    path.write_text(text)
-    with pytest.raises(SpaceError, match=fragment):
-        load_space_file(path, common_rules=())
