@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import optuna
 import pytest
 import sqlalchemy as sa
@@ -12,7 +13,13 @@ from autotune.deployment import DEMO
 from autotune.errors import ConfigError
 from autotune.executors import InlineExecutor
 from autotune.records import CapacitySearch
-from autotune.samplers import GRID_PARAMS, SAMPLERS, STARTUP_TRIALS, make_sampler
+from autotune.samplers import (
+    GRID_PARAMS,
+    SAMPLERS,
+    STARTUP_TRIALS,
+    OrdinalParzenEstimator,
+    make_sampler,
+)
 from autotune.slo import parse_slo
 from autotune.space import deployment_space
 from autotune.storage.db import open_database, session_scope
@@ -147,3 +154,52 @@ def test_model_based_samplers_propose_distinct_configs(tmp_path: Path, sampler: 
         assert _repeats(plan.sampler.inner, space, 30) > 0  # type: ignore[attr-defined]
     trials = 30 if sampler == "tpe" else 16  # the GP costs seconds a trial
     assert _repeats(make_sampler(sampler, space, seed=1).sampler, space, trials) == 0
+
+
+def _density(estimator_cls: type, choices: list[object], observed: list[int]) -> list[float]:
+    """The estimator's probability of each choice, given observations (choice positions)."""
+    from optuna.samplers._tpe.parzen_estimator import _ParzenEstimatorParameters
+    from optuna.samplers._tpe.sampler import default_weights
+
+    dist = optuna.distributions.CategoricalDistribution(choices)
+    params = _ParzenEstimatorParameters(prior_weight=1.0, consider_magic_clip=True,
+                                        consider_endpoints=False, weights=default_weights,
+                                        multivariate=True)
+    pe = estimator_cls({"x": np.asarray(observed, dtype=float)}, {"x": dist}, params)
+    return list(np.exp(pe.log_pdf({"x": np.arange(len(choices), dtype=float)})))
+
+
+def test_ordinal_kernel_spreads_to_neighbouring_choices() -> None:
+    from optuna.samplers._tpe.parzen_estimator import _ParzenEstimator
+
+    seqs = [16, 32, 64, 128, 256]
+    p = _density(OrdinalParzenEstimator, seqs, [2])  # 64 measured
+    assert p[1] == pytest.approx(p[3]) and p[0] == pytest.approx(p[4])
+    assert p[2] > p[1] > p[0]
+    assert sum(p) == pytest.approx(1.0)
+    # Optuna's own kernel: every choice but the observed one alike.
+    plain = _density(_ParzenEstimator, seqs, [2])
+    assert plain[1] == pytest.approx(plain[0])
+    # Unordered choices keep Optuna's kernel.
+    for choices in ([False, True, None], ["auto", "fp8", "fp8_e5m2"], [64, 16, 32]):
+        assert _density(OrdinalParzenEstimator, choices, [1]) == pytest.approx(
+            _density(_ParzenEstimator, choices, [1]))
+
+
+def test_tpe_models_numeric_choices_as_ordered() -> None:
+    """The hook the ordinal kernel goes through exists in this Optuna, and TPE uses it."""
+    plan = make_sampler("tpe", deployment_space("chat", DEMO), seed=0)
+    tpe = plan.sampler.inner  # type: ignore[attr-defined]
+    assert tpe._parzen_estimator_cls is OrdinalParzenEstimator
+    built: list[object] = []
+
+    class Counting(OrdinalParzenEstimator):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            built.append(self)
+            super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    tpe._parzen_estimator_cls = Counting
+    study = optuna.create_study(direction="maximize", sampler=plan.sampler)
+    study.optimize(lambda t: -abs(t.suggest_categorical("max_num_seqs", [16, 64, 256, 1024])
+                                 - 256), n_trials=STARTUP_TRIALS + 2)
+    assert built, "TPE never built its density estimator through _parzen_estimator_cls"
