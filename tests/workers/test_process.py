@@ -58,6 +58,23 @@ def test_start_health_and_stop_take_the_whole_group(tmp_path: Path) -> None:
     engine.stop()  # twice is fine
 
 
+def test_engine_has_its_own_group_in_the_tuners_session(tmp_path: Path) -> None:
+    """Its own process group (so stop() reaches all of it), but not its own session: with
+    autogroup scheduling a session is a scheduling group, and the replay client in the tuner's
+    session then stalled for hundreds of milliseconds while the engine was busy."""
+    port = free_port()
+    engine = EngineProcess([sys.executable, "-c", SERVER, str(port)], port=port,
+                           log_path=tmp_path / "e.log")
+    engine.start(timeout_s=30)
+    try:
+        assert engine.proc is not None
+        pid = engine.proc.pid
+        assert os.getpgid(pid) == pid != os.getpgid(0)
+        assert os.getsid(pid) == os.getsid(0)
+    finally:
+        engine.stop(grace_s=5)
+
+
 def test_exit_during_start_is_classified(tmp_path: Path) -> None:
     script = "import sys; print('api_server.py: error: unrecognized arguments: --bogus'); sys.exit(2)"
     engine = EngineProcess([sys.executable, "-c", script], port=free_port(),
