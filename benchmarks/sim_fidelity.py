@@ -13,6 +13,11 @@ At low multipliers alone every config serves the offered rate: throughput then m
 the model says and its rank correlation is noise (a first version measured only 1.5x and 4x and
 got 0.75 from throughputs within 8% of each other).
 
+Each replay's send-lag P99 is printed beside it: on a small shared box the client, the API server
+and the engine core take turns on the same cores, and a replay whose client sent late timed the
+box rather than the engine (the tuner rejects such a replay as client-bound). The JSON line
+counts them (`client_bound_replays`) and gives the TTFT error on the rest.
+
 Needs the vLLM CPU build: AUTOTUNE_ENGINE_PYTHON=.venv-engine/bin/python (see `make
 engine-venv`). Takes a few minutes (one engine start per config).
 
@@ -37,6 +42,7 @@ from rich.console import Console
 from rich.table import Table
 
 from autotune.errors import ConfigError
+from autotune.records import CapacitySearch
 from workers.sim.calibrate import calibrate, predict
 from workers.sim.fidelity import (
     fidelity_trace,
@@ -60,6 +66,8 @@ CONFIGS = [
 # Below and past capacity (about 8x to 12x for the tiny model on one core, by the simulator).
 SCALES = (4.0, 16.0)
 REQUESTS, QUICK_REQUESTS = 120, 48
+# Above this send-lag P99 a replay timed the box, not the engine: the tuner would not use it.
+CLIENT_BOUND_MS = CapacitySearch().max_send_lag_p99_ms
 
 
 def spearman(a: list[float], b: list[float]) -> float:
@@ -113,7 +121,7 @@ def main() -> None:
                         f"requests; fitted on {args.fit} configs ({evals} simulations), judged "
                         f"on {len(CONFIGS) - args.fit}")
     for col in ("config", "rate x", "tok/s real", "tok/s sim", "err", "TTFT p99 real ms",
-                "sim ms", "err", "load"):
+                "sim ms", "err", "send lag p99 ms", "load"):
         table.add_column(col, justify="right")
     rows = []  # per held-out replay: multiplier, real and predicted throughput, errors
     for m in measured[fit_n:]:
@@ -121,20 +129,23 @@ def main() -> None:
         assert pred is not None, f"the simulator would not start {m.config}"
         te = abs(pred.output_tok_s / m.observed["output_tok_s"] - 1)
         le = abs(pred.ttft_p99_ms / m.observed["ttft_p99_ms"] - 1)
-        rows.append((m.rate_scale, m.observed["output_tok_s"], pred.output_tok_s, te, le))
+        lag = m.observed.get("send_lag_p99_ms", float("nan"))  # nan: saved before it was kept
+        rows.append((m.rate_scale, m.observed["output_tok_s"], pred.output_tok_s, te, le, lag))
         table.add_row(json.dumps(m.config.explicit() | {"max_model_len": None},
                                  separators=(",", ":")).replace(',"max_model_len":null', ""),
                       f"{m.rate_scale:g}", f"{m.observed['output_tok_s']:.0f}",
                       f"{pred.output_tok_s:.0f}", f"{te:.0%}", f"{m.observed['ttft_p99_ms']:.0f}",
-                      f"{pred.ttft_p99_ms:.0f}", f"{le:.0%}", m.source.rpartition(" ")[2])
+                      f"{pred.ttft_p99_ms:.0f}", f"{le:.0%}", f"{lag:.0f}",
+                      m.source.rpartition(" ")[2])
     console = Console(width=160)
     console.print(table)
     console.print("fit error (mean |rel|) before -> after: " + ", ".join(
         f"{k} {before[k]:.0%} -> {after[k]:.0%}" for k in before))
     console.print("fitted: " + ", ".join(f"{k}={getattr(fitted.coefficients, k):.3g}"
                                          for k in fitted.fit["coefficients_fitted"]))  # type: ignore[index]
-    _, real, sim, tput_err, ttft_err = zip(*rows, strict=True)
+    _, real, sim, tput_err, ttft_err, _ = zip(*rows, strict=True)
     top = [r for r in rows if r[0] == max(SCALES)]  # the saturating multiplier
+    clean = [r for r in rows if r[5] <= CLIENT_BOUND_MS]
     print(json.dumps({"throughput_err_max": round(max(tput_err), 4),
                       "ttft_p99_err_max": round(max(ttft_err), 4),
                       "throughput_err_mean": round(float(np.mean(tput_err)), 4),
@@ -146,7 +157,14 @@ def main() -> None:
                           f"{k:g}": {"throughput": round(max(r[3] for r in rows if r[0] == k), 4),
                                      "ttft_p99": round(max(r[4] for r in rows if r[0] == k), 4)}
                           for k in SCALES},
-                      "held_out_replays": len(rows)}))
+                      "held_out_replays": len(rows),
+                      # Held-out replays whose client sent late (the whole box stalled), and
+                      # the TTFT error on the others: the engine alone.
+                      "client_bound_replays": sum(not r[5] <= CLIENT_BOUND_MS for r in rows),
+                      "ttft_p99_err_max_not_client_bound": (
+                          round(max(r[4] for r in clean), 4) if clean else None),
+                      "send_lag_p99_ms_max": max((round(r[5], 1) for r in rows if r[5] == r[5]),
+                                                 default=None)}))
 
 
 if __name__ == "__main__":
