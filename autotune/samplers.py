@@ -56,8 +56,8 @@ DEFAULT_SAMPLER = "tpe"
 GRID_PARAMS = ("max_num_seqs", "max_num_batched_tokens")
 # Trials sampled independently (baselines included) before the model-based samplers model
 # anything: with budgets of 20-40 trials, about a fifth of the budget. On
-# benchmarks/search_efficiency.py (10 seeds) 6 reached 97% of the optimum by trial 10 where 8
-# reached 85% and 4 92%, and all three the optimum by trial 30.
+# benchmarks/search_efficiency.py with the ordinal kernel (seeds 0-19), 2, 3, 4 and 6 all reached
+# 98% of the chat-like optimum by trial 30 in 17-18 of 20 seeds; fewer did not help at trial 10.
 STARTUP_TRIALS = 6
 # How far a measured choice's kernel reaches along an ordered list of choices (in list
 # positions): at 1, about 40% of a kernel's weight stays on its choice, a quarter goes to each

@@ -13,10 +13,10 @@ At low multipliers alone every config serves the offered rate: throughput then m
 the model says and its rank correlation is noise (a first version measured only 1.5x and 4x and
 got 0.75 from throughputs within 8% of each other).
 
-Each replay's send-lag P99 is printed beside it: on a small shared box the client, the API server
-and the engine core take turns on the same cores, and a replay whose client sent late timed the
-box rather than the engine (the tuner rejects such a replay as client-bound). The JSON line
-counts them (`client_bound_replays`) and gives the TTFT error on the rest.
+Each replay's send-lag P99 is printed beside it: a replay whose client sent late timed the box
+rather than the engine (the tuner rejects such a replay as client-bound). On this 2-core VM every
+replay was, by 170-870 ms, while engines ran in a session of their own (workers/vllm/process.py).
+The JSON line counts them (`client_bound_replays`) and gives the TTFT error on the rest.
 
 Needs the vLLM CPU build: AUTOTUNE_ENGINE_PYTHON=.venv-engine/bin/python (see `make
 engine-venv`). Takes a few minutes (one engine start per config).
@@ -36,6 +36,7 @@ import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from rich.console import Console
@@ -68,6 +69,17 @@ SCALES = (4.0, 16.0)
 REQUESTS, QUICK_REQUESTS = 120, 48
 # Above this send-lag P99 a replay timed the box, not the engine: the tuner would not use it.
 CLIENT_BOUND_MS = CapacitySearch().max_send_lag_p99_ms
+
+
+class Row(NamedTuple):
+    """One held-out replay: measured against predicted."""
+
+    scale: float
+    real_tok_s: float
+    sim_tok_s: float
+    tput_err: float
+    ttft_err: float
+    send_lag_ms: float  # nan: saved before the lag was kept
 
 
 def spearman(a: list[float], b: list[float]) -> float:
@@ -123,14 +135,14 @@ def main() -> None:
     for col in ("config", "rate x", "tok/s real", "tok/s sim", "err", "TTFT p99 real ms",
                 "sim ms", "err", "send lag p99 ms", "load"):
         table.add_column(col, justify="right")
-    rows = []  # per held-out replay: multiplier, real and predicted throughput, errors
+    rows: list[Row] = []
     for m in measured[fit_n:]:
         pred = predict(m, quiet)
         assert pred is not None, f"the simulator would not start {m.config}"
         te = abs(pred.output_tok_s / m.observed["output_tok_s"] - 1)
         le = abs(pred.ttft_p99_ms / m.observed["ttft_p99_ms"] - 1)
-        lag = m.observed.get("send_lag_p99_ms", float("nan"))  # nan: saved before it was kept
-        rows.append((m.rate_scale, m.observed["output_tok_s"], pred.output_tok_s, te, le, lag))
+        lag = m.observed.get("send_lag_p99_ms", float("nan"))
+        rows.append(Row(m.rate_scale, m.observed["output_tok_s"], pred.output_tok_s, te, le, lag))
         table.add_row(json.dumps(m.config.explicit() | {"max_model_len": None},
                                  separators=(",", ":")).replace(',"max_model_len":null', ""),
                       f"{m.rate_scale:g}", f"{m.observed['output_tok_s']:.0f}",
@@ -143,27 +155,32 @@ def main() -> None:
         f"{k} {before[k]:.0%} -> {after[k]:.0%}" for k in before))
     console.print("fitted: " + ", ".join(f"{k}={getattr(fitted.coefficients, k):.3g}"
                                          for k in fitted.fit["coefficients_fitted"]))  # type: ignore[index]
-    _, real, sim, tput_err, ttft_err, _ = zip(*rows, strict=True)
-    top = [r for r in rows if r[0] == max(SCALES)]  # the saturating multiplier
-    clean = [r for r in rows if r[5] <= CLIENT_BOUND_MS]
+    tput_err, ttft_err = [r.tput_err for r in rows], [r.ttft_err for r in rows]
+    top = [r for r in rows if r.scale == max(SCALES)]  # the saturating multiplier
+    clean = [r for r in rows if r.send_lag_ms <= CLIENT_BOUND_MS]
     print(json.dumps({"throughput_err_max": round(max(tput_err), 4),
                       "ttft_p99_err_max": round(max(ttft_err), 4),
                       "throughput_err_mean": round(float(np.mean(tput_err)), 4),
                       "ttft_p99_err_mean": round(float(np.mean(ttft_err)), 4),
-                      "spearman": round(spearman([r[1] for r in top], [r[2] for r in top]), 3),
-                      "spearman_pooled": round(spearman(list(real), list(sim)), 3),
+                      "spearman": round(spearman([r.real_tok_s for r in top],
+                                                 [r.sim_tok_s for r in top]), 3),
+                      "spearman_pooled": round(spearman([r.real_tok_s for r in rows],
+                                                        [r.sim_tok_s for r in rows]), 3),
                       "scales": list(SCALES), "requests": len(trace),
                       "err_max_by_scale": {
-                          f"{k:g}": {"throughput": round(max(r[3] for r in rows if r[0] == k), 4),
-                                     "ttft_p99": round(max(r[4] for r in rows if r[0] == k), 4)}
+                          f"{k:g}": {"throughput": round(max(r.tput_err for r in rows
+                                                             if r.scale == k), 4),
+                                     "ttft_p99": round(max(r.ttft_err for r in rows
+                                                           if r.scale == k), 4)}
                           for k in SCALES},
                       "held_out_replays": len(rows),
                       # Held-out replays whose client sent late (the whole box stalled), and
                       # the TTFT error on the others: the engine alone.
-                      "client_bound_replays": sum(not r[5] <= CLIENT_BOUND_MS for r in rows),
+                      "client_bound_replays": len(rows) - len(clean),
                       "ttft_p99_err_max_not_client_bound": (
-                          round(max(r[4] for r in clean), 4) if clean else None),
-                      "send_lag_p99_ms_max": max((round(r[5], 1) for r in rows if r[5] == r[5]),
+                          round(max(r.ttft_err for r in clean), 4) if clean else None),
+                      "send_lag_p99_ms_max": max((round(r.send_lag_ms, 1) for r in rows
+                                                  if r.send_lag_ms == r.send_lag_ms),
                                                  default=None)}))
 
 
