@@ -1,20 +1,28 @@
 """Samplers by name, for `autotune tune --sampler`.
 
-- `tpe` (default): Optuna's multivariate TPE with grouped (conditional) parameters. It reads the
-  constraints every trial reports (`trial.set_constraint`), so crashes, start failures, SLO
-  misses and rule breakers steer it away; a constant liar keeps parallel asks apart. Numeric
-  choices are ordered (`OrdinalParzenEstimator`): a good `max_num_seqs` 512 makes 256 and
-  1024 likelier too, where Optuna's categorical kernel knows only "512" and "not 512".
+- `tpe` (default): Optuna's multivariate TPE with grouped (conditional) parameters, after a line
+  sweep from the best reference (`LineSweep`, below). It reads the constraints every trial
+  reports (`trial.set_constraint`), so crashes, start failures, SLO misses and rule breakers
+  steer it away; a constant liar keeps parallel asks apart. Numeric choices are ordered
+  (`OrdinalParzenEstimator`): a good `max_num_seqs` 512 makes 256 and 1024 likelier too,
+  where Optuna's categorical kernel knows only "512" and "not 512".
 - `gp`: Optuna's GPSampler (a Gaussian process with constrained expected improvement), for small
-  budgets. It reads the same constraints. It needs PyTorch and SciPy, optional dependencies
-  (`pip install 'autotune[gp]'`): the tuner itself does not, and a plain `torch` install pulls
-  a multi-gigabyte CUDA build onto machines that only run the tuner.
+  budgets, after the same line sweep. It reads the same constraints. It needs PyTorch and
+  SciPy, optional dependencies (`pip install 'autotune[gp]'`): the tuner itself does not, and a
+  plain `torch` install pulls a multi-gigabyte CUDA build onto machines that only run the tuner.
 - `random`: uniform over the space; ignores constraints (a baseline).
 - Both model-based samplers propose distinct configs (`DistinctProposals`): over a discrete
   space they converge on their current best and propose it again and again, and every repeat
   costs an ask and adds a duplicate point to their model. A repeated proposal is re-drawn a
   few times and otherwise replaced by an unmeasured neighbour (one parameter one step away),
   which is local search around what the model thinks best.
+- Both model-based samplers start with a line sweep (`LineSweep`) instead of random draws: from
+  the best config measured so far (at first the best reference: vLLM's defaults, the guide's
+  heuristic, last quarter's winner), one argument at a time, step budget and sequence count
+  first, each moved to its neighbouring values for as long as that improves. At 10 trials
+  random start-up draws were behind vLLM's auto-tune grid: half of them turn off an
+  optimisation vLLM enables by default (chunked prefill, prefix caching, CUDA graphs), so few
+  land where the two knobs that matter can be judged.
 - `grid`: vLLM's auto-tune script: a grid over `max_num_seqs` x `max_num_batched_tokens` (the
   space's grid values of those two, see `Param.grid`), every other argument at the baseline's
   value (vLLM's defaults for proposals). Points are visited in a seeded random order rather
@@ -54,11 +62,25 @@ from search_spaces import SearchSpace
 SAMPLERS = ("tpe", "gp", "random", "grid")
 DEFAULT_SAMPLER = "tpe"
 GRID_PARAMS = ("max_num_seqs", "max_num_batched_tokens")
-# Trials sampled independently (baselines included) before the model-based samplers model
-# anything: with budgets of 20-40 trials, about a fifth of the budget. On
-# benchmarks/search_efficiency.py with the ordinal kernel (seeds 0-19), 2, 3, 4 and 6 all reached
-# 98% of the chat-like optimum by trial 30 in 17-18 of 20 seeds; fewer did not help at trial 10.
+# Trials sampled independently (references included) before the model-based samplers model
+# anything, where the line sweep has no feasible config to start from. On
+# benchmarks/search_efficiency.py with the ordinal kernel and random start-up (seeds 0-19), 2, 3,
+# 4 and 6 all reached 98% of the chat-like optimum by trial 30 in 17-18 of 20 seeds.
 STARTUP_TRIALS = 6
+# The line sweep's first axes: the two knobs vLLM's auto-tune script grids over, the step budget
+# first because it moves capacity most: on benchmarks/search_efficiency.py the best config with
+# any other budget reaches 72% (chat-like) and 96% (document-like) of the optimum, with any
+# other sequence count 93% and 100%. (Sequence count first: 100% and 97.5% at 10 trials, against
+# 91.4% and 100%.)
+SWEEP_AXES = ("max_num_batched_tokens", "max_num_seqs")
+# The sweep proposes while fewer trials than this are complete (references and rule breakers
+# included), then the model takes over. On benchmarks/search_efficiency.py (held-out seeds
+# 20-59) 12 reached 95.7% of the optimum at 10 trials (mean over the traces of the median), and
+# 98% of the chat-like optimum by trial 30 in 39 of 40 seeds; 10 and 14 were alike.
+SWEEP_TRIALS = 12
+# A range (int or float) is swept over this many evenly spaced points, ends included.
+SWEEP_POINTS = 5
+SWEEP_AXIS_ATTR = "autotune:sweep_axis"  # trial system attribute: the argument a sweep trial moved
 # How far a measured choice's kernel reaches along an ordered list of choices (in list
 # positions): at 1, about 40% of a kernel's weight stays on its choice, a quarter goes to each
 # neighbour and 5% to each choice two away. On benchmarks/search_efficiency.py (held-out seeds
@@ -209,6 +231,140 @@ class DistinctProposals(BaseSampler):
         return None
 
 
+class LineSweep(BaseSampler):
+    """The model-based samplers' start-up: a coordinate line search from the best feasible
+    config measured so far. The axes are SWEEP_AXES, then the space's other parameters in a
+    seeded order; on each axis the incumbent's neighbouring values (`_line_neighbours`) are
+    tried until every one is measured, and a better one becomes the incumbent, whose next
+    neighbour on the same axis is tried in turn. Then the next axis, once over all of them.
+
+    It keeps no state of its own: the incumbent, the configs already held (measured, running
+    or queued) and the axis each sweep trial moved (a system attribute) are read from the
+    study, so a resumed campaign continues the sweep and parallel asks get distinct configs.
+    Enqueued trials (references, re-queued ones) are left as they are. Without a feasible
+    config, or once the sweep is done or SWEEP_TRIALS trials are complete, the inner sampler
+    proposes, with its own start-up."""
+
+    def __init__(self, inner: BaseSampler, space: SearchSpace, *, seed: int,
+                 max_trials: int = SWEEP_TRIALS) -> None:
+        self._inner, self._space, self._max_trials = inner, space, max_trials
+        rest = [n for n in space.param_names if n not in SWEEP_AXES]
+        random.Random(seed).shuffle(rest)
+        self._axes = [n for n in SWEEP_AXES if n in space.param_names] + rest
+        self._plans: dict[int, dict[str, Any]] = {}  # trial number -> the config it runs
+
+    @property
+    def inner(self) -> BaseSampler:
+        return self._inner
+
+    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        self._inner.before_trial(study, trial)
+        plan = self._plan(study, trial)
+        if plan is not None:
+            self._plans[trial.number] = plan
+
+    def _plan(self, study: Study, trial: FrozenTrial) -> dict[str, Any] | None:
+        """The config this trial runs (marking the axis it moves), or None: not a sweep trial."""
+        if "fixed_params" in trial.system_attrs:
+            return None
+        complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        best = _incumbent(complete)
+        if best is None or len(complete) >= self._max_trials:
+            return None
+        held = study.get_trials(deepcopy=False, states=_TAKEN_STATES)
+        taken = {tuple(sorted(t.params.items())) for t in held}
+        # Asked but not yet suggested: their parameters are not in the study yet.
+        taken |= {tuple(sorted(p.items())) for p in self._plans.values()}
+        moved = [t.system_attrs[SWEEP_AXIS_ATTR] for t in held
+                 if SWEEP_AXIS_ATTR in t.system_attrs]
+        start = self._axes.index(moved[-1]) if moved and moved[-1] in self._axes else 0
+        for name in self._axes[start:]:
+            if name not in best.params:
+                continue  # inactive where the incumbent is
+            dist = self._space.param(name).distribution()
+            for value in _line_neighbours(dist, best.params[name]):
+                params = self._active({**best.params, name: value})
+                if tuple(sorted(params.items())) not in taken:
+                    study._storage.set_trial_system_attr(trial._trial_id, SWEEP_AXIS_ATTR, name)
+                    return params
+        return None
+
+    def _active(self, values: dict[str, Any]) -> dict[str, Any]:
+        """The parameters active with these values; one a move switches on (a threshold whose
+        feature was off) takes its first choice or its low end."""
+        params: dict[str, Any] = {}
+        for p in self._space.params:
+            if self._space.is_active(p, params):
+                dist = p.distribution()
+                first = dist.choices[0] if isinstance(dist, CategoricalDistribution) else dist.low  # type: ignore[attr-defined]
+                params[p.name] = values.get(p.name, first)
+        return params
+
+    def infer_relative_search_space(self, study: Study,
+                                    trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        if trial.number in self._plans:
+            return {}
+        return self._inner.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study: Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        if trial.number in self._plans:
+            return {}
+        return self._inner.sample_relative(study, trial, search_space)
+
+    def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        plan = self._plans.get(trial.number)
+        if plan is not None and param_name in plan:
+            return plan[param_name]
+        return self._inner.sample_independent(study, trial, param_name, param_distribution)
+
+    def after_trial(self, study: Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
+        self._plans.pop(trial.number, None)
+        self._inner.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self._inner.reseed_rng()
+
+
+def _incumbent(complete: Sequence[FrozenTrial]) -> FrozenTrial | None:
+    """The best feasible complete trial (infeasible ones are told 0 with a violated constraint)."""
+    feasible = [t for t in complete if t.value is not None and t.value > 0
+                and all(c <= 0 for c in t.constraints.values())]
+    return max(feasible, key=lambda t: t.value, default=None)  # type: ignore[arg-type,return-value]
+
+
+def _line_neighbours(dist: BaseDistribution, value: Any) -> list[Any]:
+    """A line search's next values from `value`: the choices either side of it in an ordered
+    list (the larger first), every other choice of an unordered one, and the nearest of
+    SWEEP_POINTS evenly spaced points (log-spaced on a log range) either side in a range."""
+    if isinstance(dist, CategoricalDistribution):
+        choices = list(dist.choices)
+        if value not in choices:
+            return choices
+        i = choices.index(value)
+        if is_ordinal(choices):
+            return [choices[j] for j in (i + 1, i - 1) if 0 <= j < len(choices)]
+        return [c for c in choices if c != value]
+    if isinstance(dist, IntDistribution | FloatDistribution):
+        shares = [k / (SWEEP_POINTS - 1) for k in range(SWEEP_POINTS)]
+        points = {_on_grid(dist, dist.low * (dist.high / dist.low) ** f if dist.log
+                           else dist.low + (dist.high - dist.low) * f) for f in shares}
+        above = [p for p in points if p > value]
+        below = [p for p in points if p < value]
+        return ([min(above)] if above else []) + ([max(below)] if below else [])
+    return []
+
+
+def _on_grid(dist: IntDistribution | FloatDistribution, value: float) -> float:
+    """`value` rounded onto the distribution's steps (Optuna rejects a value off them)."""
+    step = dist.step or (1 if isinstance(dist, IntDistribution) else None)
+    if step:
+        value = dist.low + round((value - dist.low) / step) * step
+    return round(value) if isinstance(dist, IntDistribution) else round(min(value, dist.high), 9)
+
+
 def _steps(dist: BaseDistribution, value: Any) -> list[Any]:
     """The values one step from `value`: the next choices in the listed order (spaces list
     numbers in ascending order), or one step (a tenth of the range without one) either way."""
@@ -246,7 +402,8 @@ def make_sampler(name: str, space: SearchSpace, *, seed: int, parallel: int = 1)
                 seed=seed, multivariate=True, group=True, constant_liar=parallel > 1,
                 n_startup_trials=STARTUP_TRIALS)
         tpe._parzen_estimator_cls = OrdinalParzenEstimator
-        return SamplerPlan(name, DistinctProposals(tpe, space, seed=seed), space)
+        return SamplerPlan(name, LineSweep(DistinctProposals(tpe, space, seed=seed), space,
+                                           seed=seed), space)
     if name == "gp":
         # Both are imported lazily by Optuna, only once the GP models something: check now.
         missing = [m for m in ("torch", "scipy") if importlib.util.find_spec(m) is None]
@@ -255,7 +412,8 @@ def make_sampler(name: str, space: SearchSpace, *, seed: int, parallel: int = 1)
                               "runs on them): pip install 'autotune[gp]' (torch==2.13.0, a CPU "
                               "wheel, and scipy), or choose --sampler tpe")
         gp = optuna.samplers.GPSampler(seed=seed, n_startup_trials=STARTUP_TRIALS)
-        return SamplerPlan(name, DistinctProposals(gp, space, seed=seed), space)
+        return SamplerPlan(name, LineSweep(DistinctProposals(gp, space, seed=seed), space,
+                                           seed=seed), space)
     if name == "random":
         return SamplerPlan(name, optuna.samplers.RandomSampler(seed=seed), space)
     if name == "grid":

@@ -112,12 +112,16 @@ def test_a_trial_stored_but_not_told_is_told_on_resume(migrated_sqlite: str) -> 
 
 
 class _InterruptedAt(InlineExecutor):
+    """Ctrl-C while the first trial numbered `at` or later runs (rule breakers never do)."""
+
     def __init__(self, at: int) -> None:
         super().__init__()
         self.at = at
+        self.interrupted: int | None = None
 
     def wait(self) -> list[TrialOutcome]:
-        if self._queue and self._queue[0].trial_number == self.at:
+        if self._queue and self._queue[0].trial_number >= self.at:
+            self.interrupted = self._queue[0].trial_number
             raise KeyboardInterrupt
         return super().wait()
 
@@ -125,20 +129,22 @@ class _InterruptedAt(InlineExecutor):
 def test_an_interrupted_job_requeues_its_trial_and_the_next_one_finishes(
         migrated_sqlite: str) -> None:
     engine = open_database(migrated_sqlite)
+    executor = _InterruptedAt(3)
     with pytest.raises(KeyboardInterrupt):
-        StudyController(engine, migrated_sqlite, _request(), _InterruptedAt(3),
-                        lease_s=0.3).run()
+        StudyController(engine, migrated_sqlite, _request(), executor, lease_s=0.3).run()
     with session_scope(engine) as s:
         c = s.query(Campaign).one()
         assert c.status == "failed" and c.lease_owner is None
     study = optuna.load_study(study_name="llama:r", storage=migrated_sqlite)
-    assert study.trials[3].state == TrialState.FAIL
-    waiting = study.trials[study.trials[3].system_attrs[resume.REQUEUED_AS]]
+    assert executor.interrupted is not None
+    cut = study.trials[executor.interrupted]
+    assert cut.state == TrialState.FAIL
+    waiting = study.trials[cut.system_attrs[resume.REQUEUED_AS]]
     assert waiting.state == TrialState.WAITING
-    assert waiting.system_attrs["fixed_params"] == study.trials[3].params
+    assert waiting.system_attrs["fixed_params"] == cut.params
     StudyController(engine, migrated_sqlite, _request(), InlineExecutor(), lease_s=0.3).run()
     rows, _ = check_complete(migrated_sqlite, "llama", "r", 5)
-    assert rows[waiting.number].engine_config.items() >= study.trials[3].params.items()
+    assert rows[waiting.number].engine_config.items() >= cut.params.items()
     engine.dispose()
 
 

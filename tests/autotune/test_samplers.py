@@ -17,6 +17,7 @@ from autotune.samplers import (
     GRID_PARAMS,
     SAMPLERS,
     STARTUP_TRIALS,
+    SWEEP_AXIS_ATTR,
     OrdinalParzenEstimator,
     make_sampler,
 )
@@ -31,6 +32,13 @@ from tests.conftest import run_cli
 TINY = load_trace(DEMO_TRACE).slice(0, 120)
 EXPECTED = {"tpe": optuna.samplers.TPESampler, "gp": optuna.samplers.GPSampler,
             "random": optuna.samplers.RandomSampler, "grid": optuna.samplers.GridSampler}
+
+
+def _optuna_sampler(sampler: optuna.samplers.BaseSampler) -> optuna.samplers.BaseSampler:
+    """The Optuna sampler inside autotune's wrappers (line sweep, distinct proposals)."""
+    while hasattr(sampler, "inner"):
+        sampler = sampler.inner
+    return sampler
 
 
 def _campaign(url: str, sampler: str, trials: int = 4
@@ -54,7 +62,7 @@ def _campaign(url: str, sampler: str, trials: int = 4
 def test_each_sampler_runs_a_campaign(migrated_sqlite: str, sampler: str) -> None:
     c, study, used = _campaign(migrated_sqlite, sampler)
     assert c.status == "completed"
-    assert isinstance(getattr(used, "inner", used), EXPECTED[sampler])
+    assert isinstance(_optuna_sampler(used), EXPECTED[sampler])
     assert study.user_attrs["sampler"] == sampler
     measured = [t for t in c.trials if t.state != "rejected"]
     assert len(measured) == 4 and any(t.role == "proposed" for t in measured)
@@ -151,7 +159,7 @@ def test_model_based_samplers_propose_distinct_configs(tmp_path: Path, sampler: 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     plan = make_sampler(sampler, space, seed=1)
     if sampler == "tpe":
-        assert _repeats(plan.sampler.inner, space, 30) > 0  # type: ignore[attr-defined]
+        assert _repeats(_optuna_sampler(plan.sampler), space, 30) > 0
     trials = 30 if sampler == "tpe" else 16  # the GP costs seconds a trial
     assert _repeats(make_sampler(sampler, space, seed=1).sampler, space, trials) == 0
 
@@ -189,8 +197,8 @@ def test_ordinal_kernel_spreads_to_neighbouring_choices() -> None:
 def test_tpe_models_numeric_choices_as_ordered() -> None:
     """The hook the ordinal kernel goes through exists in this Optuna, and TPE uses it."""
     plan = make_sampler("tpe", deployment_space("chat", DEMO), seed=0)
-    tpe = plan.sampler.inner  # type: ignore[attr-defined]
-    assert tpe._parzen_estimator_cls is OrdinalParzenEstimator
+    tpe = _optuna_sampler(plan.sampler)
+    assert tpe._parzen_estimator_cls is OrdinalParzenEstimator  # type: ignore[attr-defined]
     built: list[object] = []
 
     class Counting(OrdinalParzenEstimator):
@@ -198,8 +206,107 @@ def test_tpe_models_numeric_choices_as_ordered() -> None:
             built.append(self)
             super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
-    tpe._parzen_estimator_cls = Counting
-    study = optuna.create_study(direction="maximize", sampler=plan.sampler)
+    tpe._parzen_estimator_cls = Counting  # type: ignore[attr-defined]
+    study = optuna.create_study(direction="maximize", sampler=tpe)
     study.optimize(lambda t: -abs(t.suggest_categorical("max_num_seqs", [16, 64, 256, 1024])
                                  - 256), n_trials=STARTUP_TRIALS + 2)
     assert built, "TPE never built its density estimator through _parzen_estimator_cls"
+
+
+# A peak at budget 4096 and 32 sequences, chunked prefill on, threshold 512; the reference starts
+# at the corner (16 sequences, budget 1024).
+REFERENCE = {"max_num_seqs": 16, "max_num_batched_tokens": 1024, "enable_chunked_prefill": True,
+             "long_prefill_token_threshold": 0}
+
+
+def _peak(params: dict[str, object]) -> float:
+    seqs, tokens = float(params["max_num_seqs"]), float(params["max_num_batched_tokens"])  # type: ignore[arg-type]
+    return (100 - abs(np.log2(seqs / 32)) * 10 - abs(np.log2(tokens / 4096)) * 10
+            - 5 * (not params["enable_chunked_prefill"])
+            + (params.get("long_prefill_token_threshold") == 512))
+
+
+def _sweep_study(tmp_path: Path, storage: str | None = None, seed: int = 0) -> tuple[optuna.Study, object]:
+    path = tmp_path / "small.yaml"
+    path.write_text(SMALL_SPACE)
+    space = deployment_space(str(path), DEMO)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(direction="maximize", storage=storage, study_name="sweep",
+                                load_if_exists=True,
+                                sampler=make_sampler("tpe", space, seed=seed).sampler)
+    return study, space
+
+
+def _run(study: optuna.Study, space: object, trials: int) -> list[dict[str, object]]:
+    out = []
+    for _ in range(trials):
+        trial = study.ask()
+        params = space.suggest(trial)  # type: ignore[attr-defined]
+        trial.set_constraint("slo", -1.0)  # feasible
+        study.tell(trial, _peak(params))
+        out.append(params)
+    return out
+
+
+def _moved(before: dict[str, object], after: dict[str, object]) -> set[str]:
+    """Arguments set in both and changed (a move can switch a conditional one on or off)."""
+    return {k for k in before.keys() & after.keys() if before[k] != after[k]}
+
+
+def test_line_sweep_moves_one_argument_at_a_time_from_the_best_reference(tmp_path: Path) -> None:
+    study, space = _sweep_study(tmp_path)
+    study.enqueue_trial(REFERENCE)
+    proposed = _run(study, space, 8)
+    assert proposed[0] == REFERENCE  # enqueued trials run as enqueued
+    # The step budget first: up while it improves (2048, 4096), one past the peak (8192).
+    assert [p["max_num_batched_tokens"] for p in proposed[1:4]] == [2048, 4096, 8192]
+    # Then the sequence count from the best so far (4096): up to the peak and one past it.
+    assert [(p["max_num_batched_tokens"], p["max_num_seqs"]) for p in proposed[4:6]] == [
+        (4096, 32), (4096, 64)]
+    # Every sweep trial is the best config measured before it, one argument moved.
+    trials = study.trials
+    for i in range(1, 8):
+        best = max(trials[:i], key=lambda t: t.value or 0.0)
+        assert len(_moved(best.params, trials[i].params)) == 1, trials[i].params
+        assert trials[i].system_attrs[SWEEP_AXIS_ATTR] in _moved(best.params, trials[i].params)
+    assert len({tuple(sorted(p.items())) for p in proposed}) == len(proposed)
+
+
+def test_line_sweep_resumes_where_it_stopped(tmp_path: Path) -> None:
+    """The sweep keeps its state in the study: a new process (sampler) on the same storage
+    proposes what the old one would have, and nothing twice."""
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study, space = _sweep_study(tmp_path, url)
+    study.enqueue_trial(REFERENCE)
+    first = _run(study, space, 4)
+    study, space = _sweep_study(tmp_path, url)  # a restarted job: fresh sampler, same study
+    rest = _run(study, space, 6)
+    whole_study, whole_space = _sweep_study(tmp_path / "..", None)
+    whole_study.enqueue_trial(REFERENCE)
+    assert first + rest == _run(whole_study, whole_space, 10)
+
+
+def test_line_sweep_gives_parallel_asks_distinct_moves(tmp_path: Path) -> None:
+    study, space = _sweep_study(tmp_path)
+    study.enqueue_trial(REFERENCE)
+    _run(study, space, 1)
+    asked = [study.ask() for _ in range(3)]  # three workers, none told yet
+    params = [space.suggest(t) for t in asked]  # type: ignore[attr-defined]
+    assert len({tuple(sorted(p.items())) for p in params}) == 3
+    for p in params:
+        assert len(_moved(REFERENCE, p)) == 1
+
+
+def test_line_sweep_needs_a_feasible_start(tmp_path: Path) -> None:
+    """With nothing feasible yet there is nowhere to sweep from: the model's own start-up
+    proposes (random draws), and the sweep begins from the first feasible config."""
+    study, space = _sweep_study(tmp_path)
+    for _ in range(2):
+        trial = study.ask()
+        space.suggest(trial)  # type: ignore[attr-defined]
+        trial.set_constraint("slo", 1.0)  # an SLO miss
+        study.tell(trial, 0.0)
+    assert not any(SWEEP_AXIS_ATTR in t.system_attrs for t in study.trials)
+    _run(study, space, 2)
+    assert SWEEP_AXIS_ATTR not in study.trials[2].system_attrs
+    assert SWEEP_AXIS_ATTR in study.trials[3].system_attrs
