@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -68,3 +70,40 @@ def test_calibration_refuses_nothing_or_mixed_hardware() -> None:
                       observed={"output_tok_s": 1.0}) for d in (TINY, other)]
     with pytest.raises(ConfigError, match="one GPU and model"):
         calibrate(ms, base)
+
+
+def _measured_by(truth: object, deployment: DeploymentSpec) -> list[Measurement]:
+    trace, out = _trace(), []
+    for seqs in (4, 64):
+        for scale in (1.0, 6.0):
+            m = Measurement(config=EngineConfig(max_num_seqs=seqs), deployment=deployment,
+                            trace=trace, rate_scale=scale, seed=0, observed={})
+            summary = predict(m, truth)  # type: ignore[arg-type]
+            assert summary is not None
+            out.append(replace(m, observed={k: getattr(summary, k) for k in (
+                "output_tok_s", "tpot_p50_ms", "ttft_p50_ms", "ttft_p99_ms")}))
+    return out
+
+
+def test_a_cpu_host_faster_than_the_placeholder_figures_is_fitted() -> None:
+    """The `cpu` device's bandwidth and FLOPs are placeholders, not a datasheet: a host with
+    matrix units beats them, and the fit must be free to say so (efficiency above 1)."""
+    base = find_profile("cpu", "tiny-llama", "cpu", None).with_coefficients(
+        noise_cv=0.0, hbm_efficiency=1.0, compute_efficiency=1.0)
+    truth = base.with_coefficients(hbm_efficiency=3.0, compute_efficiency=3.0)
+    measured = _measured_by(truth, TINY)
+    fitted, before, after, _ = calibrate(measured, base, max_evals=250)
+    assert max(before.values()) > 0.3
+    assert max(after.values()) < 0.1
+    assert max(fitted.coefficients.hbm_efficiency, fitted.coefficients.compute_efficiency) > 1.5
+
+
+def test_gpu_efficiencies_stay_shares_of_the_datasheet() -> None:
+    gpu = DeploymentSpec(name="g", model="Llama-3.1-8B", gpu="H100-80GB", gpu_count=1,
+                         tensor_parallel_size=1, max_model_len=4096)
+    base = find_profile("H100-80GB", "Llama-3.1-8B", "gpu", None).with_coefficients(noise_cv=0.0)
+    truth = base.with_coefficients(hbm_efficiency=1.0, compute_efficiency=1.0,
+                                   cpu_step_s=base.coefficients.cpu_step_s / 4)
+    fitted, _, _, _ = calibrate(_measured_by(truth, gpu), base, max_evals=60)
+    assert fitted.coefficients.hbm_efficiency <= 1.0
+    assert fitted.coefficients.compute_efficiency <= 1.0
