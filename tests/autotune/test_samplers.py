@@ -281,7 +281,8 @@ def test_line_sweep_resumes_where_it_stopped(tmp_path: Path) -> None:
     first = _run(study, space, 4)
     study, space = _sweep_study(tmp_path, url)  # a restarted job: fresh sampler, same study
     rest = _run(study, space, 6)
-    whole_study, whole_space = _sweep_study(tmp_path / "..", None)
+    (tmp_path / "whole").mkdir()
+    whole_study, whole_space = _sweep_study(tmp_path / "whole", None)  # the same, uninterrupted
     whole_study.enqueue_trial(REFERENCE)
     assert first + rest == _run(whole_study, whole_space, 10)
 
