@@ -36,7 +36,11 @@ def run_campaign(url: str, campaign: str, trials: int) -> int:
         request = CampaignRequest(deployment=DEMO, campaign=campaign,
                                   slo=parse_slo("ttft_p99<=2s,tpot_p99<=50ms"),
                                   trace=load_trace(DEMO_TRACE), trace_ref=str(DEMO_TRACE),
-                                  max_trials=trials, seed=0)
+                                  max_trials=trials, seed=0,
+                                  # Random draws, not TPE's line sweep from vLLM's defaults: the
+                                  # report must show infeasible and rule-breaking trials, and the
+                                  # sweep's first moves are all feasible neighbours of a good config.
+                                  sampler="random")
         return StudyController(engine, url, request, InlineExecutor()).run()
     finally:
         engine.dispose()
