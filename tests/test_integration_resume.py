@@ -69,16 +69,22 @@ def _kill_when(proc: subprocess.Popen[bytes], mark: str, ready: Callable[[], boo
     assert not wait_gone(mark)
 
 
-def _steady_trial(progress: Progress, other_than: set[int]) -> Callable[[], bool]:
-    """True once a trial (not one of `other_than`) stays RUNNING across two looks: an engine
-    trial mid-measurement, not a rule rejection told within milliseconds."""
-    last: set[int] = set()
+def _steady_trial(progress: Progress, other_than: set[int],
+                  running_s: float = 0.5) -> Callable[[], bool]:
+    """True once a trial (not one of `other_than`) has been RUNNING for `running_s`: an engine
+    trial mid-measurement (a paced simulated one runs for a second or more), not a rule
+    rejection. A rejection is told within milliseconds, but its dozen SQLite commits can keep it
+    RUNNING for 100 ms on a busy machine, and a kill then can land between its row and its tell
+    (repaired as told, not re-queued)."""
+    since: dict[int, float] = {}
 
     def ready() -> bool:
-        nonlocal last
-        now = progress.running() - other_than
-        steady, last = bool(now & last), now
-        return steady
+        now, t = progress.running() - other_than, time.monotonic()
+        for number in set(since) - now:
+            del since[number]
+        for number in now:
+            since.setdefault(number, t)
+        return any(t - first >= running_s for first in since.values())
     return ready
 
 
