@@ -57,6 +57,7 @@ from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import ConfigError
+from autotune.objective import is_feasible
 from search_spaces import SearchSpace
 
 SAMPLERS = ("tpe", "gp", "random", "grid")
@@ -330,8 +331,8 @@ class LineSweep(BaseSampler):
 
 def _incumbent(complete: Sequence[FrozenTrial]) -> FrozenTrial | None:
     """The best feasible complete trial (infeasible ones are told 0 with a violated constraint)."""
-    feasible = [t for t in complete if t.value is not None and t.value > 0
-                and all(c <= 0 for c in t.constraints.values())]
+    feasible = [t for t in complete
+                if t.value is not None and t.value > 0 and is_feasible(t.constraints)]
     return max(feasible, key=lambda t: t.value, default=None)  # type: ignore[arg-type,return-value]
 
 
