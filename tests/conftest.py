@@ -41,7 +41,8 @@ def engine_python() -> str:
 
 
 def vllm_processes() -> list[str]:
-    """Command lines of vLLM server processes still running on this machine."""
+    """Command lines of vLLM processes still running on this machine: API servers, and the
+    engine cores and workers they start (which rename themselves VLLM::EngineCore and so on)."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -50,7 +51,7 @@ def vllm_processes() -> list[str]:
                 state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
             except OSError:
                 continue
-            if "vllm.entrypoints" in cmd and state != "Z":
+            if ("vllm.entrypoints" in cmd or cmd.startswith("VLLM::")) and state != "Z":
                 found.append(cmd)
     return found
 

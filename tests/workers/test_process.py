@@ -120,11 +120,18 @@ def test_engine_dies_with_a_killed_tuner(tmp_path: Path) -> None:
     while _alive(engine_pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(engine_pid)
-    # Its own child is in the engine's group; the stand-in does not watch its parent, so clean
-    # it up here (vLLM's engine core exits when its API server dies).
-    for pid in _pids_in_log(tmp_path / "e.log"):
-        if _alive(pid):
-            os.kill(pid, signal.SIGKILL)
+    # And so must its child, which does not watch its parent (vLLM's engine core and worker
+    # outlived a killed API server by 15 minutes): the group's guard takes it.
+    children = _pids_in_log(tmp_path / "e.log")
+    assert children
+    while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    try:
+        assert not [pid for pid in children if _alive(pid)]
+    finally:
+        for pid in children:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.parametrize("code, log, expected", [

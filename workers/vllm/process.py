@@ -11,6 +11,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -30,6 +31,16 @@ _SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
                                 r"|should be (?:greater|less|a multiple)", re.I)),
 )
 _PR_SET_PDEATHSIG = 1
+# Run in the engine's process group: when the tuner that started it is gone (its parent changed),
+# it kills the group. PDEATHSIG reaches only the API server, and vLLM's engine core and worker
+# outlived a killed one (a killed fidelity benchmark left both busy for 15 minutes).
+_GUARD = """
+import os, signal, sys, time
+tuner = int(sys.argv[1])
+while os.getppid() == tuner:
+    time.sleep(0.5)
+os.killpg(os.getpgid(0), signal.SIGKILL)
+"""
 
 
 def classify_start_failure(exit_code: int | None, log_text: str) -> str:
@@ -109,6 +120,7 @@ class EngineProcess:
         self.command, self.port, self.log_path = command, port, log_path
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
+        self._guard: subprocess.Popen[bytes] | None = None
 
     @property
     def base_url(self) -> str:
@@ -122,6 +134,11 @@ class EngineProcess:
             self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=self.env,
                                          preexec_fn=_die_with_parent)
+        pgid = self.proc.pid
+        self._guard = subprocess.Popen([sys.executable, "-c", _GUARD, str(os.getpid())],
+                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL,
+                                       preexec_fn=lambda: os.setpgid(0, pgid))
         while True:
             code = self.proc.poll()
             if code is not None:
@@ -162,12 +179,14 @@ class EngineProcess:
                     self.proc.wait(timeout=0.2)
             if not _group_alive(pgid):
                 break
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=5)
+        for proc in (self.proc, self._guard):
+            if proc is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=5)
         deadline = time.monotonic() + 10
         while not port_is_free(self.port) and time.monotonic() < deadline:
             time.sleep(0.2)
-        self.proc = None
+        self.proc = self._guard = None
 
 
 def _group_alive(pgid: int) -> bool:
