@@ -4,10 +4,11 @@ Per engine step, as vLLM V1's `Scheduler.schedule` does it: running requests are
 (one decode token each, or their next prefill chunk), then waiting ones are admitted while there
 are free sequence slots (`max_num_seqs`), token budget (`max_num_batched_tokens`) and KV blocks.
 Chunked prefill splits prompts across steps and `long_prefill_token_threshold` caps one
-request's tokens per step; without chunked prefill a prompt is admitted only whole. KV blocks of
-`block_size` tokens are allocated on demand; when they run out the newest running request is
-preempted (recompute: it goes back to the front of the queue and must prefill prompt and generated
-tokens again), and no waiting request is admitted in that step.
+request's tokens per step while another request is running or waiting (alone, it has nobody to
+starve and gets the whole budget, as in vLLM 0.32); without chunked prefill a prompt is admitted
+only whole. KV blocks of `block_size` tokens are allocated on demand; when they run out the
+newest running request is preempted (recompute: it goes back to the front of the queue and must
+prefill prompt and generated tokens again), and no waiting request is admitted in that step.
 
 Prefix caching works on the trace's block hashes: a prompt's leading blocks whose hashes are
 cached are not computed again (the last prompt token always is) and share the cached blocks'
@@ -103,7 +104,7 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
     s = perf.shape
     bs, budget_max, max_seqs = perf.block_size, s.max_num_batched_tokens, s.max_num_seqs
     chunked, caching = s.enable_chunked_prefill, s.enable_prefix_caching
-    long_cap = s.long_prefill_token_threshold if s.long_prefill_token_threshold > 0 else budget_max
+    threshold = s.long_prefill_token_threshold if s.long_prefill_token_threshold > 0 else budget_max
     fixed = perf.fixed_blocks_per_seq
     hbt = max(hash_block_tokens, 1)
     n = len(arrival_s)
@@ -241,6 +242,7 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
             clock = order[nxt].arrival
             continue
         budget = budget_max
+        long_cap = threshold if len(running) + len(waiting) > 1 else budget_max
         preempted = skipped = False
         decode_kv = decode_seqs = prefill_tokens = prefill_seqs = 0
         pairs = 0.0
