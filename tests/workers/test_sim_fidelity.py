@@ -10,9 +10,12 @@ import pytest
 from autotune.engine_config import EngineConfig
 from autotune.errors import ConfigError
 from autotune.records import Measurement
+from autotune.traffic.trace import Trace
 from workers.sim.fidelity import (
     CPU,
+    capacity_share,
     fidelity_trace,
+    grouped,
     interleaved,
     load_measurements,
     save_measurements,
@@ -36,6 +39,23 @@ def test_saved_measurements_read_back_the_same(tmp_path: Path) -> None:
     back = load_measurements(path, fidelity_trace(24))
     assert [(m.config, m.rate_scale, m.seed, m.observed, m.source) for m in back] == [
         (m.config, m.rate_scale, m.seed, m.observed, m.source) for m in measured]
+
+
+def test_repeated_replays_are_grouped_by_config_and_multiplier() -> None:
+    first, second = _measured(), _measured()
+    # As measure_real orders repeats (each multiplier's together) and shuffled: same groups.
+    for order in (first[:2] + second[:2] + first[2:] + second[2:], first + second[::-1]):
+        groups = grouped(order)
+        assert [[(m.config.max_num_seqs, m.rate_scale) for m in g] for g in groups] == [
+            [(4, 1.5)] * 2, [(4, 4.0)] * 2, [(32, 1.5)] * 2]
+    assert [len(g) for g in grouped(first)] == [1, 1, 1]
+
+
+def test_a_share_of_capacity_is_the_multiplier_offering_it() -> None:
+    trace = Trace.from_rows("t", [{"arrival_s": t, "prompt_tokens": 10, "output_tokens": 50}
+                                  for t in (0.0, 5.0, 10.0)])  # 150 tokens in 10 s: 15 tok/s
+    assert capacity_share(trace, 300.0, 0.5) == 10.0  # 150 tok/s offered at 10x
+    assert capacity_share(trace, 100.0, 0.5) == pytest.approx(3.3)  # two significant digits
 
 
 def test_measurements_of_another_trace_are_refused(tmp_path: Path) -> None:

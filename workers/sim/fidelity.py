@@ -2,7 +2,9 @@
 
 Used by `benchmarks/sim_fidelity.py` and the calibration integration test, so both measure the
 same way: one engine per config, warmed up and then run through the trace once unmeasured (the
-CPU build specialises kernels per shape for a while), then the same trace at each multiplier.
+CPU build specialises kernels per shape for a while), then the same trace at each multiplier,
+`repeats` times: a P99 of a few hundred requests moves between two replays of the same engine,
+and the repeats say by how much (`grouped` puts them together again).
 
 Every replay on an engine draws its prompt token ids from its own seed. With one seed the second
 replay found the first one's prompts in the prefix cache (vLLM's hit rate climbed to 62% over an
@@ -58,8 +60,16 @@ def interleaved(n: int, fit: int) -> list[int]:
 
 
 def measure_real(configs: Sequence[dict[str, object]], trace: Trace, engine_python: str,
-                 work: Path, scales: Sequence[float] = SCALES) -> list[Measurement]:
-    """One CPU engine per config (block size 32 unless given), the trace at each multiplier."""
+                 work: Path, scales: Sequence[float] = SCALES, repeats: int = 1,
+                 load: float | None = None) -> list[Measurement]:
+    """One CPU engine per config (block size 32 unless given), the trace at each multiplier
+    `repeats` times in a row; config by config, each multiplier's repeats together.
+
+    With `load`, each engine is also replayed at that share of its own capacity, first: the
+    discarded pass then runs at the highest multiplier (which should be past every config's
+    capacity) and measures it. A fixed multiplier is below capacity on one host and past it on
+    another (4x was 9-40% of the tiny model's capacity on a host with AMX units, and more than
+    twice the capacity of an AVX2-only one)."""
     model = make_tiny_model(work / "model")
     found = []
     for i, values in enumerate(configs):
@@ -71,8 +81,13 @@ def measure_real(configs: Sequence[dict[str, object]], trace: Trace, engine_pyth
         try:
             backend.start(config, CPU, label=f"fidelity{i}")
             backend.warmup(trace, 0)  # prompts of seed 1 (see VllmBackend.warmup)
-            backend.replay(trace, scales[0], 2)  # discarded: the steady state is what is compared
-            for seed, scale in enumerate(scales, start=3):
+            # Discarded: the steady state is what is compared.
+            probe = summarize(backend.replay(trace, max(scales) if load else min(scales), 2))
+            rates = list(scales)
+            if load:
+                rates.insert(0, capacity_share(trace, probe.output_tok_s, load))
+            runs = [scale for scale in rates for _ in range(repeats)]
+            for seed, scale in enumerate(runs, start=3):
                 s = summarize(backend.replay(trace, scale, seed))
                 found.append(Measurement(config=config, deployment=CPU, trace=trace,
                                          rate_scale=scale, seed=seed,
@@ -82,6 +97,23 @@ def measure_real(configs: Sequence[dict[str, object]], trace: Trace, engine_pyth
         finally:
             backend.stop()
     return found
+
+
+def capacity_share(trace: Trace, capacity_tok_s: float, share: float) -> float:
+    """The multiplier at which the trace offers `share` of an engine's output capacity, to two
+    significant digits."""
+    span_s = float(trace.arrival_s[-1] - trace.arrival_s[0])
+    offered_tok_s = float(np.sum(trace.output_tokens)) / span_s  # at 1x
+    return float(f"{share * capacity_tok_s / offered_tok_s:.2g}")
+
+
+def grouped(measured: Sequence[Measurement]) -> list[list[Measurement]]:
+    """The replays of one config at one multiplier together, in the order first seen."""
+    groups: dict[tuple[str, float], list[Measurement]] = {}
+    for m in measured:
+        key = (json.dumps(m.config.explicit(), sort_keys=True), m.rate_scale)
+        groups.setdefault(key, []).append(m)
+    return list(groups.values())
 
 
 def _load_1min() -> str:
