@@ -22,7 +22,9 @@ replay was, by 170-870 ms, while engines ran in a session of their own (workers/
 The JSON line counts them (`client_bound_replays`) and gives the TTFT error on the rest.
 
 Needs the vLLM CPU build: AUTOTUNE_ENGINE_PYTHON=.venv-engine/bin/python (see `make
-engine-venv`). Takes a few minutes (one engine start per config).
+engine-venv`). One engine per config; each replays the trace 1 + 2 x --repeats times. On a 2-core
+AVX2-only host, `--requests 96 --repeats 2` took 70 minutes (the tiny model serves about 130
+output tok/s there); the default 360 requests suit a host with AMX units, 10-40x faster.
 
 Usage: .venv/bin/python benchmarks/sim_fidelity.py [--fit N] [--quick | --requests N]
                      [--repeats N] [--scales X,Y] [--save FILE | --measured FILE]
@@ -102,6 +104,7 @@ class Row(NamedTuple):
     ttft_err_first: float
     tput_spread: float  # between the repeats: max / min - 1 (nan with one replay)
     ttft_spread: float
+    tok_s_each: tuple[float, ...]  # each repeat's throughput
 
 
 def _spread(values: list[float]) -> float:
@@ -218,7 +221,7 @@ def main() -> None:
         lag = float("nan") if lag is None else lag
         rows.append(Row(m.rate_scale, real_tok, pred.output_tok_s, te, le, lag,
                         abs(pred.output_tok_s / tok[0] - 1), abs(pred.ttft_p99_ms / ttft[0] - 1),
-                        _spread(tok), _spread(ttft)))
+                        _spread(tok), _spread(ttft), tuple(tok)))
         label = {k: v for k, v in m.config.explicit().items() if k != "max_model_len"}
         table.add_row(json.dumps(label, separators=(",", ":")),
                       f"{m.rate_scale:g}", f"{real_tok:.0f}", _pct(rows[-1].tput_spread),
@@ -257,7 +260,13 @@ def main() -> None:
                                                                    for r in rows), 4),
                       "ttft_p99_err_max_first_replay": round(max(r.ttft_err_first
                                                                  for r in rows), 4),
-                      # Real against real: the largest max/min - 1 between repeats.
+                      # Real against real: how the first repeats rank the held-out configs'
+                      # capacity against how the second ones do (the floor of `spearman`)...
+                      "spearman_repeats": (
+                          round(spearman([r.tok_s_each[0] for r in top],
+                                         [r.tok_s_each[1] for r in top]), 3)
+                          if all(len(r.tok_s_each) > 1 for r in top) else None),
+                      # ... and the largest max/min - 1 between repeats.
                       "repeat_spread_max": {
                           k: None if v is None else round(v, 4) for k, v in (
                               ("throughput", _max_known(r.tput_spread for r in rows)),
