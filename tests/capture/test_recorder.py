@@ -86,3 +86,35 @@ def test_a_new_recorder_never_appends_to_an_existing_file(tmp_path: Path) -> Non
     assert first != second and first.read_text() == second.read_text()
     assert sorted(os.listdir(tmp_path)) == ["capture-20260101T000000-1.jsonl",
                                             "capture-20260101T000000-2.jsonl"]
+
+
+def test_close_waits_for_the_write_in_flight(tmp_path: Path) -> None:
+    """A write still running in its thread when the proxy stops: the last flush comes after it,
+    into the same file, in order (a cancelled flusher let the last flush overtake it)."""
+    import threading
+    import time
+
+    async def go() -> Recorder:
+        rec = Recorder(tmp_path, flush_interval_s=0.01)
+        write, first = rec._write, threading.Event()
+
+        def slow_first(lines: list[str]) -> None:
+            if not first.is_set():
+                first.set()
+                time.sleep(0.5)
+            write(lines)
+
+        rec._write = slow_first  # type: ignore[method-assign]
+        await rec.start()
+        rec.add(_record(0))
+        while not first.is_set():  # the flusher is inside its first write
+            await asyncio.sleep(0.005)
+        rec.add(_record(1))
+        await rec.close()
+        return rec
+
+    rec = asyncio.run(go())
+    files = sorted(tmp_path.glob("capture-*.jsonl"))
+    assert len(files) == 1 and rec.records_written == 2
+    lines = files[0].read_text().splitlines()
+    assert [json.loads(line)["prompt_tokens"] for line in lines] == [100, 101]
