@@ -92,7 +92,7 @@ CLIENT_BOUND_MS = CapacitySearch().max_send_lag_p99_ms
 
 
 class Row(NamedTuple):
-    """One held-out replay: measured against predicted."""
+    """One held-out config at one rate: measured (the mean of its repeats) against predicted."""
 
     scale: float
     real_tok_s: float
