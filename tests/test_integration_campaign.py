@@ -55,7 +55,9 @@ def _confirmations(url: str) -> list[Confirmation]:
 
 
 def _check_campaign(db_url: str) -> None:
-    env = {"AUTOTUNE_DATABASE_URL": db_url}
+    # Paced: unpaced sim trials took under a second each, and on a loaded 2-core host the two
+    # workers' six trials once did not overlap at all.
+    env = {"AUTOTUNE_DATABASE_URL": db_url, "AUTOTUNE_SIM__REPLAY_DELAY_S": "0.3"}
     up = run_cli("db", "upgrade", env=env)
     assert up.returncode == 0, up.stderr
     tune = run_cli(*TUNE, env=env, timeout=600)
