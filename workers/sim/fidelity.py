@@ -102,8 +102,7 @@ def measure_real(configs: Sequence[dict[str, object]], trace: Trace, engine_pyth
 def capacity_share(trace: Trace, capacity_tok_s: float, share: float) -> float:
     """The multiplier at which the trace offers `share` of an engine's output capacity, to two
     significant digits."""
-    span_s = float(trace.arrival_s[-1] - trace.arrival_s[0])
-    offered_tok_s = float(np.sum(trace.output_tokens)) / span_s  # at 1x
+    offered_tok_s = float(np.sum(trace.output_tokens)) / trace.duration_s  # at 1x
     return float(f"{share * capacity_tok_s / offered_tok_s:.2g}")
 
 
