@@ -17,14 +17,15 @@ got 0.75 from throughputs within 8% of each other; 16x, past capacity on a 2-cor
 it for all but one config on a host with AMX units, and got 0.39).
 
 Each replay's send-lag P99 is printed beside it: a replay whose client sent late timed the box
-rather than the engine (the tuner rejects such a replay as client-bound). On this 2-core VM every
-replay was, by 170-870 ms, while engines ran in a session of their own (workers/vllm/process.py).
-The JSON line counts them (`client_bound_replays`) and gives the TTFT error on the rest.
+rather than the engine (the tuner rejects such a replay as client-bound). On the first 2-core VM
+every replay was, by 170-870 ms; on later ones the send-lag P99 was 2-9 ms, often still above the
+tuner's limit. The JSON line counts them (`client_bound_replays`) and gives the TTFT error on the
+rest.
 
 Needs the vLLM CPU build: AUTOTUNE_ENGINE_PYTHON=.venv-engine/bin/python (see `make
 engine-venv`). One engine per config; each replays the trace 1 + 2 x --repeats times. On a 2-core
 AVX2-only host, `--requests 96 --repeats 2` took 70 minutes (the tiny model serves about 130
-output tok/s there); the default 360 requests suit a host with AMX units, 10-40x faster.
+output tok/s there); on an AVX-512 one (about 1,300 tok/s) the defaults took 48 minutes.
 
 Usage: .venv/bin/python benchmarks/sim_fidelity.py [--fit N] [--quick | --requests N]
                      [--repeats N] [--scales X,Y] [--save FILE | --measured FILE]
@@ -71,6 +72,10 @@ CONFIGS = [
     {"max_num_seqs": 16, "max_num_batched_tokens": 256},
     {"max_num_seqs": 8, "block_size": 128}, {"max_num_seqs": 24, "enable_chunked_prefill": False},
     {"max_num_seqs": 12, "enable_prefix_caching": False},
+    # Two whose capacity is far from the others': where the held-out capacities lie within the
+    # real repeats' spread (six of seven within 7%, repeats 16% apart, on an AVX2 host), rank
+    # correlation measures noise, not the model.
+    {"max_num_seqs": 1}, {"max_num_seqs": 32, "max_num_batched_tokens": 128},
 ]
 # Below capacity (TTFT is service time) and a burst far past it (throughput is capacity, TTFT the
 # time to drain the queue). Capacity is a property of the host (8-12x on the 2-core VM the first
