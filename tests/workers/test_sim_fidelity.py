@@ -88,3 +88,15 @@ def test_the_measuring_order_spreads_the_fitted_configs_among_the_judged(n: int,
         # Not bunched at the start: most judged configs run before the last fitted one.
         judged_before_last = max(positions) - (fit - 1)
         assert judged_before_last >= (n - fit) * (fit - 1) // fit
+
+
+def test_engine_steps_times_a_step_by_the_gaps_of_a_token_stream() -> None:
+    from benchmarks.engine_steps import gap_spanning, steady_gaps_s
+
+    stream = [0.0, 1.0, 2.0, 2.5, 3.0, 10.0, 11.0]
+    assert steady_gaps_s([stream], settle=1) == [1.0, 0.5, 0.5, 7.0]
+    assert steady_gaps_s([stream[:2]], settle=1) == []
+    assert gap_spanning(stream, 4.0, 5.0) == 7.0  # the step that held the prompt's prefill
+    assert gap_spanning(stream, 2.2, 2.4) == 0.5
+    with pytest.raises(ValueError, match="no tokens around"):
+        gap_spanning(stream, 20.0, 21.0)

@@ -104,6 +104,12 @@ class VllmBackend(EngineBackend):
         seconds = self._engine.start(self.startup_timeout_s)
         log.info("%s: healthy after %.1f s", label, seconds)
 
+    @property
+    def base_url(self) -> str:
+        """The running engine's OpenAI-compatible server, for requests of one's own."""
+        assert self._engine is not None, "start() first"
+        return self._engine.base_url
+
     def _plan(self, trace: Trace, rate_scale: float, seed: int, rows: slice | None = None) -> ReplayPlan:
         assert self._engine is not None and self._config is not None, "start() first"
         index = range(len(trace))[rows] if rows is not None else range(len(trace))

@@ -1,0 +1,175 @@
+"""Real engine step times beside the simulator's, shape by shape: is the step model's form right?
+
+The fidelity benchmark judges whole replays, where a wrong step-time form hides behind a fit
+that trades one coefficient against another (run 10: the fitted `cpu` profile modelled a
+one-sequence decode step at 3.1 ms where the engine took 2.5, and `max_num_seqs` 1 16% slow).
+This one times single steps of a real vLLM CPU-build engine serving the tiny model:
+
+- decode steps: b sequences decoding together (32-token prompts, 300 tokens each); the median
+  gap between a stream's tokens while all b run is one decode step of b sequences;
+- prefill steps: a prompt of n tokens admitted while one other sequence decodes; the gap the
+  decoding stream sees is one step computing n prompt tokens and one decode (unlike the
+  prompt's TTFT, it holds no HTTP or tokenizer time);
+
+and prints each beside `PerfModel.step_s` for the same shape under a profile (default: the
+bundled `cpu` one; --profile: a calibrated one, e.g. from `autotune sim calibrate`).
+
+Compare shapes within one run: every pass times them all, a median over passes is kept, and
+the host's own speed drifts (on a 2-core VM, four runs within five minutes timed a one-sequence
+decode step at 4.2, 2.1, 1.9 and 1.8 ms).
+
+Needs the vLLM CPU build: AUTOTUNE_ENGINE_PYTHON=.venv-engine/bin/python. About 2 minutes.
+Usage: .venv/bin/python benchmarks/engine_steps.py [--profile FILE] [--repeats N]
+Prints a table, then one JSON line: per shape, real and simulated milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from itertools import pairwise
+from pathlib import Path
+
+import httpx
+
+from autotune.engine_config import EngineConfig
+from autotune.errors import ConfigError
+from autotune.tiny_model import make_tiny_model
+from workers.sim.backend import engine_shape
+from workers.sim.fidelity import CPU
+from workers.sim.perf import PerfModel
+from workers.sim.profile import Profile, find_profile, load_profile
+from workers.vllm.backend import VllmBackend
+
+BATCHES, PROMPTS = (1, 2, 4, 8, 16), (200, 400, 700)
+DECODE_PROMPT, DECODE_TOKENS = 32, 300
+SETTLE = 50  # tokens at each end of a stream left out: the batch is still forming or draining
+CONFIG = EngineConfig(max_model_len=CPU.max_model_len, block_size=32, max_num_seqs=16)
+
+
+def steady_gaps_s(streams: Sequence[Sequence[float]], settle: int = SETTLE) -> list[float]:
+    """The gaps between consecutive tokens of each stream, its first and last `settle` left out."""
+    gaps = []
+    for times in streams:
+        middle = times[settle:len(times) - settle]
+        gaps += [b - a for a, b in pairwise(middle)]
+    return gaps
+
+
+def gap_spanning(times: Sequence[float], start: float, end: float) -> float:
+    """The longest gap of a token stream that overlaps [start, end]."""
+    spans = [b - a for a, b in pairwise(times) if b >= start and a <= end]
+    if not spans:
+        raise ValueError("the stream had no tokens around the prompt's prefill")
+    return max(spans)
+
+
+def _tokens(n: int, rng: random.Random) -> list[int]:
+    return [rng.randrange(10, 2000) for _ in range(n)]  # random ids: no prefix-cache hits
+
+
+async def _stream(client: httpx.AsyncClient, url: str, prompt: list[int],
+                  max_tokens: int) -> tuple[float, list[float]]:
+    body = {"model": "autotune", "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True,
+            "stream": True, "temperature": 0}
+    sent, times = time.perf_counter(), []
+    async with client.stream("POST", f"{url}/v1/completions", json=body) as response:
+        if response.status_code != 200:
+            raise RuntimeError(f"engine answered {response.status_code}: "
+                               f"{(await response.aread())[:200]!r}")
+        async for line in response.aiter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                times.append(time.perf_counter())
+    return sent, times
+
+
+async def decode_step_s(url: str, batch: int, rng: random.Random) -> float:
+    async with httpx.AsyncClient(timeout=120) as client:
+        runs = await asyncio.gather(*(_stream(client, url, _tokens(DECODE_PROMPT, rng),
+                                              DECODE_TOKENS) for _ in range(batch)))
+    return statistics.median(steady_gaps_s([times for _, times in runs]))
+
+
+async def prefill_step_s(url: str, prompt_tokens: int, rng: random.Random) -> float:
+    async with httpx.AsyncClient(timeout=120) as client:
+        decoder = asyncio.create_task(_stream(client, url, _tokens(DECODE_PROMPT, rng),
+                                              DECODE_TOKENS))
+        await asyncio.sleep(0.3)  # the decoder is running
+        sent, first = await _stream(client, url, _tokens(prompt_tokens, rng), 1)
+        _, times = await decoder
+    return gap_spanning(times, sent, first[0])
+
+
+def measure(engine_python: str, work: Path, repeats: int) -> dict[str, float]:
+    """Median seconds per shape over `repeats`, after one discarded pass (kernels per shape)."""
+    backend = VllmBackend(model_path=str(make_tiny_model(work / "model")),
+                          command=[engine_python, "-m", "vllm.entrypoints.openai.api_server"],
+                          extra_args=["--load-format", "dummy", "--enforce-eager"],
+                          log_dir=str(work / "logs"))
+    rng = random.Random(7)
+    backend.start(CONFIG, CPU, label="engine-steps")
+    try:
+        url = backend.base_url
+        found: dict[str, list[float]] = {}
+        for attempt in range(repeats + 1):
+            for b in BATCHES:
+                found.setdefault(f"decode {b}", []).append(
+                    asyncio.run(decode_step_s(url, b, rng)))
+            for n in PROMPTS:
+                found.setdefault(f"prefill {n} + decode 1", []).append(
+                    asyncio.run(prefill_step_s(url, n, rng)))
+            if attempt == 0:
+                found.clear()
+    finally:
+        backend.stop()
+    return {shape: statistics.median(values) for shape, values in found.items()}
+
+
+def simulated(profile: Profile) -> dict[str, float]:
+    """The same shapes under the profile, each decode at its mid-stream context."""
+    perf = PerfModel(CPU.gpu_info, CPU.model_info, engine_shape(CONFIG, CPU),
+                     profile.with_coefficients(noise_cv=0.0))
+    context = DECODE_PROMPT + DECODE_TOKENS // 2
+    steps = {f"decode {b}": perf.step_s(b, b * context) for b in BATCHES}
+    steps.update({f"prefill {n} + decode 1": perf.step_s(1, context, n, 1, n * n / 2)
+                  for n in PROMPTS})
+    return steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", type=Path, help="a profile file (default: the bundled cpu)")
+    parser.add_argument("--repeats", type=int, default=3, help="passes whose median is kept")
+    args = parser.parse_args()
+    if args.repeats < 1:
+        sys.exit(f"engine_steps: --repeats must be at least 1, not {args.repeats}")
+    try:
+        profile = (load_profile(args.profile) if args.profile
+                   else find_profile("cpu", "tiny-llama", "cpu", None))
+    except ConfigError as exc:
+        sys.exit(f"engine_steps: {exc}")
+    engine_python = os.environ.get("AUTOTUNE_ENGINE_PYTHON")
+    if not engine_python or not Path(engine_python).exists():
+        sys.exit("engine_steps: set AUTOTUNE_ENGINE_PYTHON to the vLLM CPU venv's python "
+                 "(make engine-venv)")
+    sim = simulated(profile)
+    with tempfile.TemporaryDirectory() as tmp:
+        real = measure(engine_python, Path(tmp), args.repeats)
+    print(f"{'step':<24}{'real ms':>9}{'sim ms':>9}{'sim/real':>10}")
+    for shape, seconds in real.items():
+        print(f"{shape:<24}{seconds * 1e3:9.2f}{sim[shape] * 1e3:9.2f}{sim[shape] / seconds:10.2f}")
+    print(json.dumps({"profile": str(args.profile or "bundled cpu"), "repeats": args.repeats,
+                      "step_ms": {shape: {"real": round(real[shape] * 1e3, 3),
+                                          "sim": round(sim[shape] * 1e3, 3)} for shape in real}}))
+
+
+if __name__ == "__main__":
+    main()
