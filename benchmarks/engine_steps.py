@@ -5,7 +5,7 @@ that trades one coefficient against another (run 10: the fitted `cpu` profile mo
 one-sequence decode step at 3.1 ms where the engine took 2.5, and `max_num_seqs` 1 16% slow).
 This one times single steps of a real vLLM CPU-build engine serving the tiny model:
 
-- decode steps: b sequences decoding together (32-token prompts, 300 tokens each); the median
+- decode steps: b sequences decoding together (400-token prompts, 300 tokens each); the median
   gap between a stream's tokens while all b run is one decode step of b sequences;
 - prefill steps: a prompt of n tokens admitted while one other sequence decodes; the gap the
   decoding stream sees is one step computing n prompt tokens and one decode (unlike the
@@ -20,6 +20,7 @@ decode step at 4.2, 2.1, 1.9 and 1.8 ms).
 
 Needs the vLLM CPU build: AUTOTUNE_ENGINE_PYTHON=.venv-engine/bin/python. About 2 minutes.
 Usage: .venv/bin/python benchmarks/engine_steps.py [--profile FILE] [--repeats N]
+                     [--block-size N]
 Prints a table, then one JSON line: per shape, real and simulated milliseconds.
 """
 
@@ -50,9 +51,14 @@ from workers.sim.profile import Profile, find_profile, load_profile
 from workers.vllm.backend import VllmBackend
 
 BATCHES, PROMPTS = (1, 2, 4, 8, 16), (200, 400, 700)
-DECODE_PROMPT, DECODE_TOKENS = 32, 300
+DECODE_PROMPT, DECODE_TOKENS = 400, 300  # the fidelity trace's mean prompt
 SETTLE = 50  # tokens at each end of a stream left out: the batch is still forming or draining
-CONFIG = EngineConfig(max_model_len=CPU.max_model_len, block_size=32, max_num_seqs=16)
+MAX_NUM_SEQS = 16
+
+
+def engine_config(block_size: int) -> EngineConfig:
+    return EngineConfig(max_model_len=CPU.max_model_len, block_size=block_size,
+                        max_num_seqs=MAX_NUM_SEQS)
 
 
 def steady_gaps_s(streams: Sequence[Sequence[float]], settle: int = SETTLE) -> list[float]:
@@ -108,14 +114,15 @@ async def prefill_step_s(url: str, prompt_tokens: int, rng: random.Random) -> fl
     return gap_spanning(times, sent, first[0])
 
 
-def measure(engine_python: str, work: Path, repeats: int) -> dict[str, float]:
+def measure(config: EngineConfig, engine_python: str, work: Path,
+            repeats: int) -> dict[str, float]:
     """Median seconds per shape over `repeats`, after one discarded pass (kernels per shape)."""
     backend = VllmBackend(model_path=str(make_tiny_model(work / "model")),
                           command=[engine_python, "-m", "vllm.entrypoints.openai.api_server"],
                           extra_args=["--load-format", "dummy", "--enforce-eager"],
                           log_dir=str(work / "logs"))
     rng = random.Random(7)
-    backend.start(CONFIG, CPU, label="engine-steps")
+    backend.start(config, CPU, label="engine-steps")
     try:
         url = backend.base_url
         found: dict[str, list[float]] = {}
@@ -133,9 +140,9 @@ def measure(engine_python: str, work: Path, repeats: int) -> dict[str, float]:
     return {shape: statistics.median(values) for shape, values in found.items()}
 
 
-def simulated(profile: Profile) -> dict[str, float]:
+def simulated(config: EngineConfig, profile: Profile) -> dict[str, float]:
     """The same shapes under the profile, each decode at its mid-stream context."""
-    perf = PerfModel(CPU.gpu_info, CPU.model_info, engine_shape(CONFIG, CPU),
+    perf = PerfModel(CPU.gpu_info, CPU.model_info, engine_shape(config, CPU),
                      profile.with_coefficients(noise_cv=0.0))
     context = DECODE_PROMPT + DECODE_TOKENS // 2
     steps = {f"decode {b}": perf.step_s(b, b * context) for b in BATCHES}
@@ -148,9 +155,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", type=Path, help="a profile file (default: the bundled cpu)")
     parser.add_argument("--repeats", type=int, default=3, help="passes whose median is kept")
+    parser.add_argument("--block-size", type=int, default=32,
+                        help="KV block size in tokens (a multiple of 32 on the CPU build)")
     args = parser.parse_args()
     if args.repeats < 1:
         sys.exit(f"engine_steps: --repeats must be at least 1, not {args.repeats}")
+    if args.block_size < 32 or args.block_size % 32:
+        sys.exit(f"engine_steps: --block-size must be a multiple of 32 on the CPU build, not "
+                 f"{args.block_size}")
     try:
         profile = (load_profile(args.profile) if args.profile
                    else find_profile("cpu", "tiny-llama", "cpu", None))
@@ -160,13 +172,15 @@ def main() -> None:
     if not engine_python or not Path(engine_python).exists():
         sys.exit("engine_steps: set AUTOTUNE_ENGINE_PYTHON to the vLLM CPU venv's python "
                  "(make engine-venv)")
-    sim = simulated(profile)
+    config = engine_config(args.block_size)
+    sim = simulated(config, profile)
     with tempfile.TemporaryDirectory() as tmp:
-        real = measure(engine_python, Path(tmp), args.repeats)
+        real = measure(config, engine_python, Path(tmp), args.repeats)
     print(f"{'step':<24}{'real ms':>9}{'sim ms':>9}{'sim/real':>10}")
     for shape, seconds in real.items():
         print(f"{shape:<24}{seconds * 1e3:9.2f}{sim[shape] * 1e3:9.2f}{sim[shape] / seconds:10.2f}")
     print(json.dumps({"profile": str(args.profile or "bundled cpu"), "repeats": args.repeats,
+                      "block_size": args.block_size,
                       "step_ms": {shape: {"real": round(real[shape] * 1e3, 3),
                                           "sim": round(sim[shape] * 1e3, 3)} for shape in real}}))
 
