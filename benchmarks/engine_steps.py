@@ -45,10 +45,9 @@ from autotune.engine_config import EngineConfig
 from autotune.errors import ConfigError
 from autotune.tiny_model import make_tiny_model
 from workers.sim.backend import engine_shape
-from workers.sim.fidelity import CPU
+from workers.sim.fidelity import CPU, cpu_engine
 from workers.sim.perf import PerfModel
 from workers.sim.profile import Profile, find_profile, load_profile
-from workers.vllm.backend import VllmBackend
 
 BATCHES, PROMPTS = (1, 2, 4, 8, 16), (200, 400, 700)
 DECODE_PROMPT, DECODE_TOKENS = 400, 300  # the fidelity trace's mean prompt
@@ -117,10 +116,7 @@ async def prefill_step_s(url: str, prompt_tokens: int, rng: random.Random) -> fl
 def measure(config: EngineConfig, engine_python: str, work: Path,
             repeats: int) -> dict[str, float]:
     """Median seconds per shape over `repeats`, after one discarded pass (kernels per shape)."""
-    backend = VllmBackend(model_path=str(make_tiny_model(work / "model")),
-                          command=[engine_python, "-m", "vllm.entrypoints.openai.api_server"],
-                          extra_args=["--load-format", "dummy", "--enforce-eager"],
-                          log_dir=str(work / "logs"))
+    backend = cpu_engine(make_tiny_model(work / "model"), engine_python, work)
     rng = random.Random(7)
     backend.start(config, CPU, label="engine-steps")
     try:

@@ -74,10 +74,7 @@ def measure_real(configs: Sequence[dict[str, object]], trace: Trace, engine_pyth
     found = []
     for i, values in enumerate(configs):
         config = EngineConfig(max_model_len=CPU.max_model_len, block_size=32).merged(**values)
-        backend = VllmBackend(model_path=str(model),
-                              command=[engine_python, "-m", "vllm.entrypoints.openai.api_server"],
-                              extra_args=["--load-format", "dummy", "--enforce-eager"],
-                              log_dir=str(work / "logs"))
+        backend = cpu_engine(model, engine_python, work)
         try:
             backend.start(config, CPU, label=f"fidelity{i}")
             backend.warmup(trace, 0)  # prompts of seed 1 (see VllmBackend.warmup)
@@ -97,6 +94,14 @@ def measure_real(configs: Sequence[dict[str, object]], trace: Trace, engine_pyth
         finally:
             backend.stop()
     return found
+
+
+def cpu_engine(model: Path, engine_python: str, work: Path) -> VllmBackend:
+    """A vLLM CPU-build engine for the tiny model (dummy weights, eager), logging under work."""
+    return VllmBackend(model_path=str(model),
+                       command=[engine_python, "-m", "vllm.entrypoints.openai.api_server"],
+                       extra_args=["--load-format", "dummy", "--enforce-eager"],
+                       log_dir=str(work / "logs"))
 
 
 def capacity_share(trace: Trace, capacity_tok_s: float, share: float) -> float:
