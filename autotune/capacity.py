@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import numpy as np
 
@@ -50,7 +51,7 @@ def run_trial(spec: TrialSpec, backend: EngineBackend) -> TrialOutcome:
 
 
 def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: float) -> TrialOutcome:
-    replays: list[dict[str, float | bool | None]] = []
+    replays: list[dict[str, Any]] = []
     trace = spec.trace
     window_s = spec.search.window_s
     span_s = float(trace.duration_s) if window_s is not None else None
@@ -71,7 +72,9 @@ def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: floa
         replays.append({"rate_scale": scale, "output_tok_s": summary.output_tok_s, "slo_ok": ok,
                         "send_lag_p99_ms": lag, "client_bound": client_bound,
                         # Enough of each replay to calibrate a simulator against it later.
-                        **{k: getattr(summary, k) for k in REPLAY_LATENCIES}})
+                        **{k: getattr(summary, k) for k in REPLAY_LATENCIES},
+                        **({"decode_steps": [s.model_dump() for s in summary.decode_steps]}
+                           if summary.decode_steps else {})})
         if client_bound:
             log.warning("%s trial %d: x%.3g is client-bound (send lag P99 %.1f ms > %.1f ms): "
                         "not used as a measurement", spec.study_name, spec.trial_number, scale,

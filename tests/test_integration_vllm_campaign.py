@@ -70,6 +70,12 @@ def test_real_campaign_on_the_cpu_build(tmp_path: Path) -> None:
         assert t.start_s > 1 and t.replays, "a real engine started and was replayed"
         assert (tmp_path / "logs" / f"cpu-tiny_2026Q4-trial{t.number}.log").exists()
     best = max((t for t in trials if t.feasible), key=lambda t: t.capacity_output_tok_s)
+    # The replays keep the engine's decode step times, and calibration reads them back.
+    stored = [s for t in measured for r in t.replays for s in r.get("decode_steps") or ()]
+    assert stored and all(s["step_ms"] > 0 and s["batch"] >= 1 for s in stored), stored
+    calibrated = run_cli("sim", "calibrate", "--campaign", "2026Q4", "--max-evals", "20",
+                         "--no-save", env=env)
+    assert calibrated.returncode == 0 and "decode_step_ms" in calibrated.stdout, calibrated.stderr
 
     assert run_cli("publish", "--campaign", "2026Q4", env=env).returncode == 0
     api_port, dash_port = free_port(), free_port()

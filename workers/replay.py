@@ -18,14 +18,16 @@ import json
 import math
 import os
 import time
+from array import array
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 
 import aiohttp
 import numpy as np
 
 from autotune.records import ReplayResult
+from autotune.step_timings import decode_steps
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,8 @@ class ReplayPlan:
     drain_timeout_s: float = 300.0  # how long after the last send requests may still finish
     request_timeout_s: float = 600.0
     processes: int | None = None  # None: as many as the peak rate needs (see processes_for)
+    # Prompt lengths, for the decode-step timings' context; None: the token-id prompts' lengths.
+    prompt_tokens: np.ndarray | None = None
 
 
 REQUESTS_PER_LOOP_S = 200.0  # what one asyncio loop sends on time, with margin
@@ -50,6 +54,19 @@ def processes_for(scheduled_s: np.ndarray) -> int:
         return 1
     peak = int(np.bincount(np.floor(scheduled_s - scheduled_s.min()).astype(int)).max())
     return max(1, min(os.cpu_count() or 1, math.ceil(peak / REQUESTS_PER_LOOP_S)))
+
+
+@dataclass
+class _Gaps:
+    """Every gap between two tokens of a stream: its end (seconds after the replay's start
+    instant t0, shared by all processes) and its length; compact, a replay may hold millions."""
+
+    end_s: array = field(default_factory=lambda: array("d"))
+    length_s: array = field(default_factory=lambda: array("d"))
+
+    def extend(self, other: _Gaps) -> None:
+        self.end_s.extend(other.end_s)
+        self.length_s.extend(other.length_s)
 
 
 @dataclass
@@ -77,7 +94,7 @@ def _is_token(choice: dict[str, object], chat: bool) -> bool:
 
 
 async def _stream_one(session: aiohttp.ClientSession, plan: ReplayPlan, i: int, t0: float,
-                      out: _Outcome, gaps: list[float]) -> None:
+                      out: _Outcome, gaps: _Gaps) -> None:
     loop = asyncio.get_running_loop()
     target = t0 + float(plan.scheduled_s[i])
     delay = target - loop.time()
@@ -120,7 +137,8 @@ async def _stream_one(session: aiohttp.ClientSession, plan: ReplayPlan, i: int, 
                     if first is None:
                         first = now
                     else:
-                        gaps.append(now - last)  # type: ignore[operator]
+                        gaps.end_s.append(now - t0)
+                        gaps.length_s.append(now - last)  # type: ignore[operator]
                     last = now
     except (TimeoutError, aiohttp.ClientError, json.JSONDecodeError) as exc:
         out.error = f"{type(exc).__name__}: {exc}"
@@ -136,9 +154,9 @@ async def _stream_one(session: aiohttp.ClientSession, plan: ReplayPlan, i: int, 
 
 
 async def _replay(plan: ReplayPlan, t0: float | None = None
-                  ) -> tuple[list[_Outcome], list[float], float]:
+                  ) -> tuple[list[_Outcome], _Gaps, float]:
     outcomes = [_Outcome() for _ in plan.prompts]
-    gaps: list[float] = []
+    gaps = _Gaps()
     timeout = aiohttp.ClientTimeout(total=plan.request_timeout_s)
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
@@ -159,16 +177,16 @@ async def _replay(plan: ReplayPlan, t0: float | None = None
     return outcomes, gaps, wall
 
 
-def _replay_part(plan: ReplayPlan, t0: float) -> tuple[list[_Outcome], list[float]]:
+def _replay_part(plan: ReplayPlan, t0: float) -> tuple[list[_Outcome], _Gaps]:
     outcomes, gaps, _ = asyncio.run(_replay(plan, t0))
     return outcomes, gaps
 
 
-def _replay_spread(plan: ReplayPlan, processes: int) -> tuple[list[_Outcome], list[float]]:
+def _replay_spread(plan: ReplayPlan, processes: int) -> tuple[list[_Outcome], _Gaps]:
     t0 = time.monotonic() + START_MARGIN_S
     parts = [np.arange(k, len(plan.prompts), processes) for k in range(processes)]
     outcomes: list[_Outcome] = [_Outcome() for _ in plan.prompts]
-    gaps: list[float] = []
+    gaps = _Gaps()
     # spawn, not fork: the tuner may hold threads (Ray, samplers) that fork would copy broken.
     with ProcessPoolExecutor(processes, mp_context=get_context("spawn")) as pool:
         futures = [pool.submit(_replay_part, replace(
@@ -178,7 +196,7 @@ def _replay_spread(plan: ReplayPlan, processes: int) -> tuple[list[_Outcome], li
             part_outcomes, part_gaps = future.result()
             for i, o in zip(idx, part_outcomes, strict=True):
                 outcomes[i] = o
-            gaps += part_gaps
+            gaps.extend(part_gaps)
     return outcomes, gaps
 
 
@@ -190,19 +208,28 @@ def run_replay(plan: ReplayPlan) -> tuple[ReplayResult, list[str]]:
     else:
         outcomes, gaps, _ = asyncio.run(_replay(plan))
     sched = np.asarray(plan.scheduled_s, dtype=float)
+    ttft = np.array([o.ttft_s for o in outcomes])
     e2e = np.array([o.e2e_s for o in outcomes])
+    lag = np.array([o.send_lag_s for o in outcomes])
+    prompt_tokens = (plan.prompt_tokens if plan.prompt_tokens is not None
+                     else np.array([len(p) for p in plan.prompts]))
+    gap_s = np.frombuffer(gaps.length_s, dtype=float)
     finished = sched + np.nan_to_num(e2e, nan=0.0)
     wall = float(np.max(finished) - sched[0]) if len(sched) else 0.0
     result = ReplayResult(
         scheduled_s=sched,
-        ttft_s=np.array([o.ttft_s for o in outcomes]),
+        ttft_s=ttft,
         e2e_s=e2e,
         output_tokens=np.array([o.tokens for o in outcomes]),
         failed=np.array([o.failed for o in outcomes]),
-        itl_s=np.asarray(gaps, dtype=float),
-        itl_weight=np.ones(len(gaps), dtype=np.int64),
+        itl_s=gap_s,
+        itl_weight=np.ones(len(gap_s), dtype=np.int64),
         wall_s=max(wall, 1e-9),
-        send_lag_s=np.array([o.send_lag_s for o in outcomes]),
+        send_lag_s=lag,
+        # Request times from t0, the gaps' clock: sent, first and last token.
+        decode_steps=decode_steps(sched + lag, sched + ttft, sched + e2e, prompt_tokens,
+                                  np.array([o.tokens for o in outcomes]),
+                                  np.frombuffer(gaps.end_s, dtype=float), gap_s),
     )
     errors = sorted({o.error for o in outcomes if o.error})
     return result, errors

@@ -1,6 +1,7 @@
 """Measured replays of a campaign's trials, as the records a simulator is calibrated against.
 
-Every trial keeps its replays (rate multiplier, output throughput and latency percentiles). A
+Every trial keeps its replays (rate multiplier, output throughput and latency percentiles, and
+on real engines the decode step time by batch size, see autotune.step_timings). A
 trial from before replays carried latencies contributes its two summaries instead: the one at
 capacity and the one at the recorded rate. A trial that missed the SLO was still measured and
 counts; client-bound replays measured the client, not the engine, and are left out, as are
@@ -16,6 +17,7 @@ from typing import Any
 from autotune.engine_config import EngineConfig
 from autotune.errors import ConfigError
 from autotune.records import Measurement
+from autotune.step_timings import DecodeSteps
 from autotune.storage.models import Campaign, Trial
 from autotune.storage.repo import spec_of
 from autotune.traffic.trace import Trace, load_trace
@@ -41,15 +43,23 @@ def _observed(values: dict[str, Any]) -> dict[str, float]:
             if isinstance(values.get(k), int | float) and math.isfinite(values[k])}
 
 
-def _points(trial: Trial) -> list[tuple[float, dict[str, float]]]:
+def _steps(replay: dict[str, Any]) -> tuple[DecodeSteps, ...]:
+    """The replay's decode step timings; none from replays stored before they were kept."""
+    return tuple(DecodeSteps.model_validate(s) for s in replay.get("decode_steps") or ())
+
+
+_Point = tuple[float, dict[str, float], tuple[DecodeSteps, ...]]  # rate, observed, steps
+
+
+def _points(trial: Trial) -> list[_Point]:
     replays = [r for r in trial.replays if not r.get("client_bound") and "ttft_p99_ms" in r]
     if replays:
-        return [(float(r["rate_scale"]), _observed(r)) for r in replays]
-    points = []
+        return [(float(r["rate_scale"]), _observed(r), _steps(r)) for r in replays]
+    points: list[_Point] = []
     if trial.latency:
-        points.append((trial.capacity_rate_scale, _observed(trial.latency)))
+        points.append((trial.capacity_rate_scale, _observed(trial.latency), ()))
     if trial.latency_recorded_rate and trial.capacity_rate_scale != 1.0:
-        points.append((1.0, _observed(trial.latency_recorded_rate)))
+        points.append((1.0, _observed(trial.latency_recorded_rate), ()))
     return points
 
 
@@ -61,9 +71,10 @@ def campaign_measurements(campaign: Campaign) -> list[Measurement]:
         if trial.repeat_of is not None:  # the same measurement as the trial it repeats
             continue
         config = EngineConfig.from_mapping(trial.engine_config)
-        for scale, observed in _points(trial):
+        for scale, observed, steps in _points(trial):
             if "output_tok_s" in observed and scale > 0:
                 found.append(Measurement(config=config, deployment=deployment, trace=trace,
                                          rate_scale=scale, seed=campaign.seed, observed=observed,
-                                         source=f"campaign {campaign.name} trial {trial.number}"))
+                                         source=f"campaign {campaign.name} trial {trial.number}",
+                                         decode_steps=steps))
     return found

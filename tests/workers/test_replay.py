@@ -138,6 +138,25 @@ def test_a_schedule_spread_over_processes_is_kept_and_merged(server_url: str) ->
     assert np.nanmedian(spread.ttft_s) == pytest.approx(np.nanmedian(single.ttft_s), abs=0.02)
 
 
+@pytest.mark.parametrize("processes", [1, 2])
+def test_decode_step_timings_come_from_the_streams_on_one_clock(server_url: str,
+                                                                processes: int) -> None:
+    # One request alone, then two side by side: the fixture server streams a token every GAP_S
+    # whatever the batch, so both bins time GAP_S. Gap ends and request times on different
+    # clocks (or processes' clocks) would leave no gap clean or count the batch wrong.
+    p = ReplayPlan(**{**plan(server_url, [1, 1, 1], [0.0, 1.0, 1.0], tokens=30).__dict__,
+                      "processes": processes})
+    result, errors = run_replay(p)
+    assert errors == []
+    steps = {s.batch: s for s in summarize(result).decode_steps}
+    assert set(steps) == {1, 2}
+    assert steps[1].gaps >= 25 and steps[2].gaps >= 2 * 25
+    for s in steps.values():
+        assert s.step_ms == pytest.approx(GAP_S * 1000, rel=0.25)
+    # Prompts of 3 tokens; 30 tokens generated along each stream.
+    assert 3 < steps[1].kv_tokens < 33 and 6 < steps[2].kv_tokens < 66
+
+
 def test_processes_follow_the_peak_rate() -> None:
     from workers.replay import REQUESTS_PER_LOOP_S, processes_for
 

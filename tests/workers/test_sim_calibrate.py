@@ -11,8 +11,11 @@ from autotune.deployment import DeploymentSpec
 from autotune.engine_config import EngineConfig
 from autotune.errors import ConfigError
 from autotune.records import Measurement
+from autotune.step_timings import DecodeSteps
 from autotune.traffic.trace import Trace
+from workers.sim.backend import engine_shape
 from workers.sim.calibrate import calibrate, nelder_mead, predict, relative_errors
+from workers.sim.perf import PerfModel
 from workers.sim.profile import find_profile
 
 TINY = DeploymentSpec(name="t", model="tiny-llama", gpu="cpu", gpu_count=1,
@@ -105,5 +108,41 @@ def test_gpu_efficiencies_stay_shares_of_the_datasheet() -> None:
     truth = base.with_coefficients(hbm_efficiency=1.0, compute_efficiency=1.0,
                                    cpu_step_s=base.coefficients.cpu_step_s / 4)
     fitted, _, _, _ = calibrate(_measured_by(truth, gpu), base, max_evals=60)
-    assert fitted.coefficients.hbm_efficiency <= 1.0
-    assert fitted.coefficients.compute_efficiency <= 1.0
+    got = fitted.coefficients
+    assert got.hbm_efficiency <= 1.0 and got.compute_efficiency <= 1.0
+    assert got.attention_efficiency * max(got.hbm_efficiency, got.compute_efficiency) <= 1.0001
+
+
+def _steps_of(truth: object, m: Measurement) -> tuple[DecodeSteps, ...]:
+    """The decode step timings a real replay would carry, made by the truth's step model at the
+    fidelity trace's mean context (about 550 tokens a sequence)."""
+    perf = PerfModel(m.deployment.gpu_info, m.deployment.model_info,
+                     engine_shape(m.config, m.deployment), truth)  # type: ignore[arg-type]
+    return tuple(DecodeSteps(batch=b, kv_tokens=550.0 * b, step_ms=perf.step_s(b, 550.0 * b) * 1e3,
+                             gaps=100) for b in (1, 2, 4, 8, 16) if b <= m.config.max_num_seqs)
+
+
+def test_step_timings_pin_the_fixed_and_the_per_sequence_cost() -> None:
+    """An engine whose attention is dear and whose fixed step cost is small (the CPU build on a
+    2-core AVX-512 host, against a replay-only fit). Throughput alone is matched by many step
+    models; the decode step timings pick the one the engine has."""
+    base = find_profile("cpu", "tiny-llama", "cpu", None).with_coefficients(noise_cv=0.0)
+    c = base.coefficients
+    truth = base.with_coefficients(cpu_step_s=c.cpu_step_s * 0.5, attention_efficiency=0.2,
+                                   cpu_seq_s=c.cpu_seq_s * 2)
+    throughput_only = [replace(m, observed={"output_tok_s": m.observed["output_tok_s"]})
+                       for m in _measured_by(truth, TINY)]
+    with_steps = [replace(m, decode_steps=_steps_of(truth, m)) for m in throughput_only]
+    blind, _, _, _ = calibrate(throughput_only, base, max_evals=300)
+    fitted, before, after, _ = calibrate(with_steps, base, max_evals=300)
+    assert before["decode_step_ms"] > 0.2
+    assert after["decode_step_ms"] < 0.05 and after["output_tok_s"] < 0.05
+    assert fitted.coefficients.cpu_step_s == pytest.approx(truth.coefficients.cpu_step_s, rel=0.2)
+    assert relative_errors(with_steps, blind)["decode_step_ms"] > 0.1  # the replays alone miss
+    assert fitted.fit is not None
+    assert fitted.fit["mean_relative_error_after"]["decode_step_ms"] == after["decode_step_ms"]
+
+
+def test_replays_without_step_timings_report_no_step_error() -> None:
+    base = find_profile("cpu", "tiny-llama", "cpu", None).with_coefficients(noise_cv=0.0)
+    assert "decode_step_ms" not in relative_errors(_measured_by(base, TINY)[:1], base)

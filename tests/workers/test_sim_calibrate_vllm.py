@@ -19,6 +19,13 @@ def test_a_fit_to_real_engines_finds_them_from_a_wrong_profile(tmp_path: Path) -
                             engine_python(), tmp_path)
     assert not [p for p in vllm_processes() if str(tmp_path) in p]  # its engines are gone
     assert len(measured) == 4 and all(m.observed["output_tok_s"] > 0 for m in measured)
+    # The engine's decode steps, read off its token streams: batches it can run, steps of a
+    # few milliseconds (the tiny model on 2 cores), more context for a larger batch.
+    steps = {(m.config.max_num_seqs, s.batch): s for m in measured for s in m.decode_steps}
+    assert steps, "no replay gave decode step timings"
+    for (seqs, batch), s in steps.items():
+        assert 1 <= batch <= seqs and 0.3 < s.step_ms < 200 and s.gaps >= 20
+        assert 32 * batch < s.kv_tokens < 900 * batch  # prompts of 32-768 tokens, <96 generated
     bundled = find_profile("cpu", "tiny-llama", "cpu", None)
     c = bundled.coefficients
     # Start from a clearly wrong profile (CPU costs 8x too high): the bundled one was itself
@@ -30,7 +37,7 @@ def test_a_fit_to_real_engines_finds_them_from_a_wrong_profile(tmp_path: Path) -
     assert fitted.fit is not None
     # The fit finds these engines (the loss is the mean squared log error it minimises) ...
     assert fitted.fit["loss_after"] < 0.5 * fitted.fit["loss_before"]
-    assert after["output_tok_s"] < 0.35
+    assert after["output_tok_s"] < 0.35 and "decode_step_ms" in after
     assert fitted.coefficients != wrong.coefficients
     # ... about as well as the bundled profile explains them, or better.
     assert fitted.fit["loss_after"] < 1.5 * loss_of(measured, bundled)

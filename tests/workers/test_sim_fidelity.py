@@ -10,6 +10,7 @@ import pytest
 from autotune.engine_config import EngineConfig
 from autotune.errors import ConfigError
 from autotune.records import Measurement
+from autotune.step_timings import DecodeSteps
 from autotune.traffic.trace import Trace
 from workers.sim.fidelity import (
     CPU,
@@ -18,6 +19,7 @@ from workers.sim.fidelity import (
     grouped,
     interleaved,
     load_measurements,
+    measure_passes,
     save_measurements,
 )
 
@@ -27,7 +29,9 @@ def _measured() -> list[Measurement]:
     return [Measurement(config=EngineConfig(max_model_len=2048, max_num_seqs=seqs, block_size=32),
                         deployment=CPU, trace=trace, rate_scale=scale, seed=seed,
                         observed={"output_tok_s": 100.0 * seqs, "ttft_p99_ms": 50.0 * scale},
-                        source=f"config {seqs} x{scale:g} load 1.20")
+                        source=f"config {seqs} x{scale:g} load 1.20",
+                        decode_steps=(DecodeSteps(batch=1, kv_tokens=400.0, step_ms=2.1 * scale,
+                                                  gaps=30),) if seed == 3 else ())
             for seed, (seqs, scale) in enumerate([(4, 1.5), (4, 4.0), (32, 1.5)], start=3)]
 
 
@@ -37,8 +41,44 @@ def test_saved_measurements_read_back_the_same(tmp_path: Path) -> None:
     save_measurements(measured, path)
     assert not list(tmp_path.glob("*.tmp"))  # written whole, then moved into place
     back = load_measurements(path, fidelity_trace(24))
-    assert [(m.config, m.rate_scale, m.seed, m.observed, m.source) for m in back] == [
-        (m.config, m.rate_scale, m.seed, m.observed, m.source) for m in measured]
+    assert [(m.config, m.rate_scale, m.seed, m.observed, m.source, m.decode_steps)
+            for m in back] == [(m.config, m.rate_scale, m.seed, m.observed, m.source,
+                                m.decode_steps) for m in measured]
+    assert back[0].decode_steps  # the step timings came back too
+
+
+def test_passes_repeat_every_config_on_fresh_engines_at_the_first_passs_rates(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Pass 2 starts after pass 1 has measured every config (its repeats lie a pass apart), at
+    the rates pass 1 found, and the result reads config by config as grouped() expects."""
+    import workers.sim.fidelity as fidelity
+
+    calls: list[tuple[list[dict[str, object]], list[float], float | None]] = []
+    trace = fidelity_trace(24)
+
+    def fake(configs, trace_, engine_python, work, scales, repeats, load=None):  # type: ignore[no-untyped-def]
+        assert repeats == 1
+        calls.append((list(configs), list(scales), load))
+        found = []
+        for i, values in enumerate(configs):
+            seqs = int(values["max_num_seqs"])  # type: ignore[call-overload]
+            rates = [0.1 * seqs, *scales] if load else list(scales)
+            for scale in rates:
+                found.append(Measurement(
+                    config=EngineConfig(max_model_len=2048, block_size=32).merged(**values),
+                    deployment=CPU, trace=trace_, rate_scale=scale, seed=3,
+                    observed={"output_tok_s": 1.0}, source=f"config {i} x{scale:g} load 1"))
+        return found
+
+    monkeypatch.setattr(fidelity, "measure_real", fake)
+    configs: list[dict[str, object]] = [{"max_num_seqs": 4}, {"max_num_seqs": 32}]
+    found = measure_passes(configs, trace, "python", tmp_path, (256.0,), passes=2, load=0.5)
+    assert calls == [(configs, [256.0], 0.5), ([configs[0]], [0.4, 256.0], None),
+                     ([configs[1]], [3.2, 256.0], None)]
+    assert [(m.config.max_num_seqs, m.rate_scale) for m in found] == [
+        (4, 0.4), (4, 256.0), (4, 0.4), (4, 256.0), (32, 3.2), (32, 256.0), (32, 3.2), (32, 256.0)]
+    assert [m.source.split(" x")[0] for m in found] == ["config 0"] * 4 + ["config 1"] * 4
+    assert [len(g) for g in grouped(found)] == [2, 2, 2, 2]
 
 
 def test_repeated_replays_are_grouped_by_config_and_multiplier() -> None:

@@ -50,3 +50,37 @@ def test_negative_coefficients_are_refused(tmp_path: Path) -> None:
     path.write_text(base.with_coefficients(cpu_step_s=-1.0).to_yaml())
     with pytest.raises(ConfigError, match="negative"):
         load_profile(path)
+
+
+def test_a_profile_from_before_attention_efficiency_still_loads(tmp_path: Path) -> None:
+    """Calibrated profiles saved before the coefficient existed keep working, at 1 (attention
+    as efficient as the rest): no file a user saved is lost to an upgrade."""
+    base = find_profile("cpu", "tiny-llama", "cpu", tmp_path)
+    text = base.with_coefficients(attention_efficiency=0.3).to_yaml()
+    old = tmp_path / "old.yaml"
+    old.write_text("\n".join(line for line in text.splitlines()
+                             if "attention_efficiency" not in line))
+    assert load_profile(old).coefficients.attention_efficiency == 1.0
+    saved = save_profile(base.with_coefficients(attention_efficiency=0.3), tmp_path)
+    assert load_profile(saved).coefficients.attention_efficiency == 0.3
+
+
+def test_attention_efficiency_scales_only_attention() -> None:
+    from autotune.catalogue import gpu, model
+    from workers.sim.perf import EngineShape, PerfModel
+
+    shape = EngineShape(max_num_seqs=16, max_num_batched_tokens=2048, block_size=32,
+                        enable_chunked_prefill=True, enable_prefix_caching=True,
+                        gpu_memory_utilization=0.9, max_model_len=2048, tensor_parallel_size=1)
+    base = find_profile("cpu", "tiny-llama", "cpu", None)
+
+    def perf(eff: float) -> PerfModel:
+        return PerfModel(gpu("cpu"), model("tiny-llama"), shape,
+                         base.with_coefficients(attention_efficiency=eff))
+
+    full, half = perf(1.0), perf(0.5)
+    # No context, no attention: the same step. Each KV token read costs twice as much.
+    assert half.step_s(8, 0.0) == pytest.approx(full.step_s(8, 0.0))
+    kv_cost = full.step_s(8, 4000.0) - full.step_s(8, 0.0)
+    assert kv_cost > 0
+    assert half.step_s(8, 4000.0) - half.step_s(8, 0.0) == pytest.approx(2 * kv_cost)

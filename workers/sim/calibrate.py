@@ -1,10 +1,15 @@
 """Fit a simulator profile to real measurements.
 
-Each measurement is one real replay (engine arguments, trace, rate multiplier, and the measured
-output throughput and latency percentiles). The fit simulates every measurement with candidate
-coefficients and minimises the mean squared log error over the metrics below, with Nelder-Mead
-on the logarithms of the coefficients (they are positive and span orders of magnitude). The
-fit is deterministic: the profile's run-to-run jitter is off while fitting.
+Each measurement is one real replay (engine arguments, trace, rate multiplier, the measured
+output throughput and latency percentiles, and the engine's decode step time by batch size,
+autotune.step_timings). The fit simulates every measurement with candidate coefficients and
+minimises the mean squared log error over the metrics below, with Nelder-Mead on the logarithms
+of the coefficients (they are positive and span orders of magnitude). The step timings are set
+against the step model directly: replays alone let a fit trade the fixed per-step cost against
+the per-sequence one and still match throughput (on a 2-core AVX-512 host a replay-only fit
+timed a one-sequence decode step at 3.1 ms where the engine took 1.9-2.5, and predicted
+`max_num_seqs` 1 16% slow). The fit is deterministic: the profile's run-to-run jitter is off
+while fitting.
 """
 
 from __future__ import annotations
@@ -18,14 +23,16 @@ import numpy as np
 from autotune.errors import ConfigError, EngineStartError
 from autotune.metrics import summarize
 from autotune.records import LatencySummary, Measurement
-from workers.sim.perf import EngineShape
+from workers.sim.perf import EngineShape, PerfModel, StartFailure
 from workers.sim.profile import Profile
 
 # Coefficients the fit moves; the memory ones come from the hardware, not from timings.
 FIT_COEFFICIENTS = ("cpu_step_s", "cpu_seq_s", "cpu_prefill_token_s", "hbm_efficiency",
-                    "compute_efficiency")
+                    "compute_efficiency", "attention_efficiency")
 # Metric -> weight in the loss. Medians pin the step times; the tail is what SLOs judge.
 TARGETS = {"output_tok_s": 1.0, "tpot_p50_ms": 1.0, "ttft_p50_ms": 0.5, "ttft_p99_ms": 0.5}
+# A replay's decode step timings, each batch size counting alike: what pins the step model's form.
+STEP_METRIC, STEP_WEIGHT = "decode_step_ms", 1.0
 _FLOOR = 1e-9  # a coefficient the base profile leaves at 0 starts here
 
 
@@ -53,6 +60,7 @@ def relative_errors(measurements: Sequence[Measurement], profile: Profile,
                     metrics: Sequence[str] = tuple(TARGETS)) -> dict[str, float]:
     """Mean |predicted / measured - 1| per metric (inf where the simulator would not start)."""
     errs: dict[str, list[float]] = {k: [] for k in metrics}
+    errs[STEP_METRIC] = []
     for m in measurements:
         pred = predict(m, profile)
         for k in metrics:
@@ -61,7 +69,24 @@ def relative_errors(measurements: Sequence[Measurement], profile: Profile,
                 continue
             value = getattr(pred, k) if pred is not None else float("nan")
             errs[k].append(abs(value / obs - 1) if math.isfinite(value) else float("inf"))
-    return {k: float(np.mean(v)) if v else float("nan") for k, v in errs.items()}
+        errs[STEP_METRIC] += [abs(p / o - 1) for p, o in step_pairs_ms(m, profile)]
+    return {k: float(np.mean(v)) if v else float("nan") for k, v in errs.items()
+            if v or k != STEP_METRIC}
+
+
+def step_pairs_ms(m: Measurement, profile: Profile, shape: EngineShape | None = None
+                   ) -> list[tuple[float, float]]:
+    """(modelled, measured) decode step milliseconds for each batch size the replay timed."""
+    if not m.decode_steps:
+        return []
+    from workers.sim.backend import engine_shape
+
+    try:
+        perf = PerfModel(m.deployment.gpu_info, m.deployment.model_info,
+                         shape or engine_shape(m.config, m.deployment), profile)
+    except (EngineStartError, StartFailure):  # an engine that would not start has no steps
+        return [(float("inf"), s.step_ms) for s in m.decode_steps]
+    return [(perf.step_s(s.batch, s.kv_tokens) * 1000.0, s.step_ms) for s in m.decode_steps]
 
 
 def loss_of(measurements: Sequence[Measurement], profile: Profile) -> float:
@@ -82,10 +107,17 @@ def _loss(cases: Sequence[_Case], profile: Profile) -> float:
             if obs is None or not math.isfinite(obs) or obs <= 0:
                 continue
             value = getattr(pred, metric) if pred is not None else float("nan")
-            err = math.log(value / obs) if math.isfinite(value) and value > 0 else 10.0
-            total += weight * err * err
+            total += weight * _log_err(value, obs) ** 2
+            count += 1
+        pairs = step_pairs_ms(case.measurement, profile, case.shape)
+        if pairs:  # one term per replay, the mean over its batch sizes
+            total += STEP_WEIGHT * sum(_log_err(p, o) ** 2 for p, o in pairs) / len(pairs)
             count += 1
     return total / max(count, 1)
+
+
+def _log_err(value: float, observed: float) -> float:
+    return math.log(value / observed) if math.isfinite(value) and value > 0 else 10.0
 
 
 def calibrate(measurements: Sequence[Measurement], base: Profile, *,
@@ -113,9 +145,15 @@ def calibrate(measurements: Sequence[Measurement], base: Profile, *,
 
     def profile_at(x: np.ndarray) -> Profile:
         values = {c: float(math.exp(v)) for c, v in zip(coefficients, x, strict=True)}
-        for c in ("hbm_efficiency", "compute_efficiency"):
-            if c in values and datasheet:
-                values[c] = min(values[c], 1.0)
+        if datasheet:
+            for c in ("hbm_efficiency", "compute_efficiency"):
+                if c in values:
+                    values[c] = min(values[c], 1.0)
+            if "attention_efficiency" in values:  # attention, too, within the datasheet
+                fitted = quiet.with_coefficients(**values).coefficients
+                values["attention_efficiency"] = min(
+                    values["attention_efficiency"],
+                    1.0 / max(fitted.hbm_efficiency, fitted.compute_efficiency))
         return quiet.with_coefficients(**values)
 
     def loss(x: np.ndarray) -> float:

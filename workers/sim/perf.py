@@ -8,7 +8,8 @@ sequence, or that has no memory left at all, fails to start with class "oom", as
 The CPU build keeps its KV cache in `VLLM_CPU_KVCACHE_SPACE` GiB instead.
 
 A step's time is a roofline per part (linear layers: weight bytes against FLOPs, MoE layers
-reading only the experts the batch touches; attention: KV bytes read against FLOPs), plus
+reading only the experts the batch touches; attention: KV bytes read against FLOPs, at its own
+share of the efficiencies), plus
 tensor-parallel all-reduces, CPU costs per step, per sequence and per prompt token, and the
 block-table walk. Decode-only batches are padded to CUDA-graph capture sizes; without graphs
 (`enforce_eager`, or a batch above `max_cudagraph_capture_size`) every layer pays its kernel
@@ -90,6 +91,8 @@ class PerfModel:
         self.hbm_bps = gpu.hbm_tb_s * 1e12 * c.hbm_efficiency
         peak = gpu.fp8_tflops if model.dense_bytes_per_param <= 1 else gpu.bf16_tflops
         self.flops = peak * 1e12 * c.compute_efficiency
+        self.attn_bps = self.hbm_bps * c.attention_efficiency
+        self.attn_flops = self.flops * c.attention_efficiency
         self.graphs = () if shape.enforce_eager or gpu.device == "cpu" else (
             cudagraph_sizes(shape.max_num_seqs, shape.max_cudagraph_capture_size,
                             shape.max_num_batched_tokens))
@@ -202,8 +205,8 @@ class PerfModel:
         attn_bytes = decode_kv_tokens * lay.read_bytes_per_token + decode_seqs * lay.read_fixed_bytes_per_seq
         pairs = decode_kv_tokens if self._uncapped else min(decode_kv_tokens,
                                                             decode_seqs * lay.attended_cap_tokens)
-        attention = max(attn_bytes / self.hbm_bps,
-                        lay.attn_flops_per_pair * (prefill_attn_pairs + pairs) / self.flops)
+        attention = max(attn_bytes / self.attn_bps,
+                        lay.attn_flops_per_pair * (prefill_attn_pairs + pairs) / self.attn_flops)
         # Block-table walk: a decode reads ceil((ctx + 1) / bs) blocks, (ctx + 1) / bs + 1/2 on
         # average; the average keeps a run of decode steps affine in its step index.
         blocks = (decode_kv_tokens + decode_seqs) / self.block_size + decode_seqs / 2
@@ -220,7 +223,7 @@ class PerfModel:
         if cached is not None:
             return cached
         lay = self.layout
-        g, f = 1.0 / self.hbm_bps, lay.attn_flops_per_pair / self.flops
+        g, f = 1.0 / self.attn_bps, lay.attn_flops_per_pair / self.attn_flops
         fixed = seqs * lay.read_fixed_bytes_per_seq * g
         slope = lay.read_bytes_per_token * g
         cuts = []

@@ -10,7 +10,7 @@ newest version wins; else the bundled default for the device kind (`profiles/gpu
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,10 @@ class Coefficients:
     driver_reserved_gib: float
     context_gib: float
     noise_cv: float
+    # Attention's share of the efficiencies above (KV bytes read and attention FLOPs at
+    # hbm/compute_efficiency times this): its kernels are not the GEMMs of the linear layers,
+    # and on the CPU build they fall further behind. 1 in profiles from before it existed.
+    attention_efficiency: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -67,10 +71,11 @@ def load_profile(path: Path) -> Profile:
     if not isinstance(data, dict):
         raise ConfigError(f"simulator profile {path}: expected a mapping at the top level")
     known = {f.name for f in fields(Coefficients)}
+    optional = {f.name for f in fields(Coefficients) if f.default is not MISSING}
     coeffs = data.get("coefficients")
     if not isinstance(coeffs, dict):
         raise ConfigError(f"simulator profile {path}: 'coefficients' must be a mapping")
-    missing, unknown = known - set(coeffs), set(coeffs) - known
+    missing, unknown = known - optional - set(coeffs), set(coeffs) - known
     if missing or unknown:
         raise ConfigError(f"simulator profile {path}: coefficients missing "
                           f"{sorted(missing) or 'none'}, unknown {sorted(unknown) or 'none'}")

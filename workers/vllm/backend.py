@@ -128,7 +128,10 @@ class VllmBackend(EngineBackend):
         arrivals = (arrivals - arrivals[0]) / rate_scale if len(arrivals) else arrivals
         return ReplayPlan(base_url=self._engine.base_url, model=self.served_model_name,
                           scheduled_s=arrivals, prompts=prompts,
-                          output_tokens=np.asarray(outputs))
+                          output_tokens=np.asarray(outputs),
+                          prompt_tokens=np.asarray([len(p) if isinstance(p, list)
+                                                    else int(trace.prompt_tokens[i])
+                                                    for p, i in zip(prompts, index, strict=True)]))
 
     def warmup(self, trace: object, seed: int) -> None:
         """Traffic like the trace's before measuring, so kernel specialisation and caches do not
