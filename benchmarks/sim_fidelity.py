@@ -6,8 +6,9 @@ service time) and one past every config's capacity (throughput is what the confi
 TTFT is queueing). The `cpu` profile is calibrated on the first configs' measurements (`--fit`),
 then the simulator predicts the remaining configs (at least 6) and the prediction is compared
 with what was measured: output throughput and P99 TTFT, per config and multiplier (the mean of
-`--repeats` replays on the same engine; the spread between them, real against real, is printed
-beside the error, and the error against the first replay alone is in the JSON line too), and the
+`--repeats` replays, one per pass over all configs, each pass on fresh engines; the spread
+between them, real against real, is printed beside the error, and the error against the first
+replay alone is in the JSON line too), and the
 rank correlation of the held-out configs' throughput at the saturating multiplier (`spearman`;
 the ranking a screening campaign relies on) and over every held-out replay (`spearman_pooled`).
 
@@ -23,9 +24,14 @@ tuner's limit. The JSON line counts them (`client_bound_replays`) and gives the 
 rest.
 
 Needs the vLLM CPU build: AUTOTUNE_ENGINE_PYTHON=.venv-engine/bin/python (see `make
-engine-venv`). One engine per config; each replays the trace 1 + 2 x --repeats times. On a 2-core
-AVX2-only host, `--requests 96 --repeats 2` took 70 minutes (the tiny model serves about 130
-output tok/s there); on an AVX-512 one (about 1,300 tok/s) the defaults took 48 minutes.
+engine-venv`). One engine per config and pass; each replays the trace 1 + 2 times (the first
+pass's first replay measures capacity). On a 2-core AVX2-only host, `--requests 96 --repeats 2`
+(then on one engine per config) took 70 minutes (the tiny model serves about 130 output tok/s
+there); on an AVX-512 one (about 1,300 tok/s) the defaults took 48 minutes.
+
+The calibration also fits the decode step times the fitted configs' replays show (autotune.
+step_timings); the table's `step err` column sets the held-out replays' step times against
+the fitted step model.
 
 Usage: .venv/bin/python benchmarks/sim_fidelity.py [--fit N] [--quick | --requests N]
                      [--repeats N] [--scales X,Y] [--save FILE | --measured FILE]
@@ -52,13 +58,13 @@ from rich.table import Table
 
 from autotune.errors import ConfigError
 from autotune.records import CapacitySearch
-from workers.sim.calibrate import calibrate, predict
+from workers.sim.calibrate import calibrate, predict, step_pairs_ms
 from workers.sim.fidelity import (
     fidelity_trace,
     grouped,
     interleaved,
     load_measurements,
-    measure_real,
+    measure_passes,
     save_measurements,
 )
 from workers.sim.profile import find_profile
@@ -88,10 +94,13 @@ SCALES, LOAD = (256.0,), 0.5
 # P99 over 120 requests is the second-worst one: two runs of the same configs and prompts 4x
 # differed by up to 14% in TTFT P99 (send lag under 7 ms); 360 makes it the fourth-worst.
 REQUESTS, QUICK_REQUESTS = 360, 48
-# Each config and multiplier is replayed this many times on its engine (prompts of their own),
-# the simulator judged against the mean, and the spread between the repeats printed beside the
-# error: it is how well one real replay predicts the next, the floor of any model's error.
+# Each config and multiplier is replayed this many times, once per pass over all configs on a
+# fresh engine, the simulator judged against the mean, and the spread between the repeats
+# printed beside the error: it is how well one real replay predicts the next, the floor of any
+# model's error.
 REPEATS = 2
+# Simulations the fit may spend: six coefficients now (300 was sized for five).
+FIT_EVALS = 500
 # Above this send-lag P99 a replay timed the box, not the engine: the tuner would not use it.
 CLIENT_BOUND_MS = CapacitySearch().max_send_lag_p99_ms
 
@@ -110,6 +119,7 @@ class Row(NamedTuple):
     tput_spread: float  # between the repeats: max / min - 1 (nan with one replay)
     ttft_spread: float
     tok_s_each: tuple[float, ...]  # each repeat's throughput
+    step_err: float  # decode step times by batch size, model against engine: mean |rel|; nan: none
 
 
 def _spread(values: list[float]) -> float:
@@ -121,6 +131,12 @@ def _max_known(values: Iterable[float]) -> float | None:
     """The largest, ignoring nan (one replay: no spread; no lag kept); None if there is none."""
     known = [x for x in values if x == x]
     return max(known) if known else None
+
+
+def _mean_known(values: Iterable[float]) -> float | None:
+    """The mean, ignoring nan, to 4 places; None if there is none."""
+    known = [x for x in values if x == x]
+    return round(float(np.mean(known)), 4) if known else None
 
 
 def _pct(x: float) -> str:
@@ -151,8 +167,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, help="requests per replay (with --measured: "
                                                       "as many as the saved replays had)")
     parser.add_argument("--repeats", type=int, default=REPEATS,
-                        help=f"replays per config and multiplier (default {REPEATS}); the "
-                             "mean is judged, and the spread between them is printed")
+                        help=f"replays per config and multiplier, one per pass over all "
+                             f"configs on fresh engines (default {REPEATS}); the mean is "
+                             "judged, and the spread between them is printed")
     parser.add_argument("--scales", type=_scales, default=SCALES,
                         help="fixed rate multipliers, comma-separated (default: "
                              f"{','.join(f'{x:g}' for x in SCALES)}); with --measured, the file's")
@@ -189,8 +206,8 @@ def main() -> None:
         # the judged engines were slower than the fitted ones for reasons no config explains.
         order = interleaved(len(CONFIGS), args.fit)
         with tempfile.TemporaryDirectory() as tmp:
-            found = measure_real([CONFIGS[i] for i in order], trace, engine_python, Path(tmp),
-                                 args.scales, args.repeats, args.load or None)
+            found = measure_passes([CONFIGS[i] for i in order], trace, engine_python,
+                                   Path(tmp), args.scales, args.repeats, args.load or None)
         per = len(found) // len(CONFIGS)
         by_config = {i: [replace(m, source=m.source.replace(f"config {k} ", f"config {i} ", 1))
                          for m in found[k * per:(k + 1) * per]] for k, i in enumerate(order)}
@@ -203,14 +220,15 @@ def main() -> None:
     burst = max(scales)  # the saturating multiplier; the others are below capacity
     base = find_profile("cpu", "tiny-llama", "cpu", None)
     fitted, before, after, evals = calibrate([m for g in groups[:fit_n] for m in g], base,
-                                             max_evals=300)
+                                             max_evals=FIT_EVALS)
     quiet = fitted.with_coefficients(noise_cv=0.0)
     repeats = max(len(g) for g in groups)
     table = Table(title=f"Simulator fidelity: tiny-llama on the vLLM CPU build, {len(trace)} "
                         f"requests, {repeats} replay(s) each; fitted on {args.fit} configs "
                         f"({evals} simulations), judged on {len(CONFIGS) - args.fit}")
     for col in ("config", "rate x", "tok/s real", "spread", "tok/s sim", "err",
-                "TTFT p99 real ms", "spread", "sim ms", "err", "send lag p99 ms", "load"):
+                "TTFT p99 real ms", "spread", "sim ms", "err", "step err", "send lag p99 ms",
+                "load"):
         table.add_column(col, justify="right")
     rows: list[Row] = []
     for group in groups[fit_n:]:
@@ -224,15 +242,18 @@ def main() -> None:
         le = abs(pred.ttft_p99_ms / real_ttft - 1)
         lag = _max_known(r.observed.get("send_lag_p99_ms", float("nan")) for r in group)
         lag = float("nan") if lag is None else lag
+        steps = [abs(p / o - 1) for r in group for p, o in step_pairs_ms(r, quiet)]
         rows.append(Row(m.rate_scale, real_tok, pred.output_tok_s, te, le, lag,
                         abs(pred.output_tok_s / tok[0] - 1), abs(pred.ttft_p99_ms / ttft[0] - 1),
-                        _spread(tok), _spread(ttft), tuple(tok)))
+                        _spread(tok), _spread(ttft), tuple(tok),
+                        float(np.mean(steps)) if steps else float("nan")))
         label = {k: v for k, v in m.config.explicit().items() if k != "max_model_len"}
         table.add_row(json.dumps(label, separators=(",", ":")),
                       f"{m.rate_scale:g}", f"{real_tok:.0f}", _pct(rows[-1].tput_spread),
                       f"{pred.output_tok_s:.0f}", f"{te:.0%}", f"{real_ttft:.0f}",
                       _pct(rows[-1].ttft_spread), f"{pred.ttft_p99_ms:.0f}", f"{le:.0%}",
-                      f"{lag:.0f}", " ".join(r.source.rpartition(" ")[2] for r in group))
+                      _pct(rows[-1].step_err), f"{lag:.0f}",
+                      " ".join(r.source.rpartition(" ")[2] for r in group))
     console = Console(width=160)
     console.print(table)
     console.print("fit error (mean |rel|) before -> after: " + ", ".join(
@@ -259,6 +280,9 @@ def main() -> None:
                           for name, part in (("below", [r for r in rows if r.scale != burst]),
                                              ("burst", top)) if part},
                       "held_out_replays": len(rows),
+                      # Decode step times by batch size read off the held-out replays' token
+                      # streams (autotune.step_timings), against the step model: mean |rel|.
+                      "decode_step_err_mean": _mean_known(r.step_err for r in rows),
                       "repeats": repeats,
                       # Against one replay each (the first), as runs before repeats judged.
                       "throughput_err_max_first_replay": round(max(r.tput_err_first
