@@ -191,7 +191,8 @@ def _replay_spread(plan: ReplayPlan, processes: int) -> tuple[list[_Outcome], _G
     with ProcessPoolExecutor(processes, mp_context=get_context("spawn")) as pool:
         futures = [pool.submit(_replay_part, replace(
             plan, scheduled_s=plan.scheduled_s[idx], prompts=[plan.prompts[i] for i in idx],
-            output_tokens=plan.output_tokens[idx], processes=1), t0) for idx in parts]
+            output_tokens=plan.output_tokens[idx], processes=1, prompt_tokens=None), t0)
+            for idx in parts]
         for idx, future in zip(parts, futures, strict=True):
             part_outcomes, part_gaps = future.result()
             for i, o in zip(idx, part_outcomes, strict=True):

@@ -75,7 +75,7 @@ def relative_errors(measurements: Sequence[Measurement], profile: Profile,
 
 
 def step_pairs_ms(m: Measurement, profile: Profile, shape: EngineShape | None = None
-                   ) -> list[tuple[float, float]]:
+                  ) -> list[tuple[float, float]]:
     """(modelled, measured) decode step milliseconds for each batch size the replay timed."""
     if not m.decode_steps:
         return []
