@@ -10,6 +10,8 @@ This one times single steps of a real vLLM CPU-build engine serving the tiny mod
 - prefill steps: a prompt of n tokens admitted while one other sequence decodes; the gap the
   decoding stream sees is one step computing n prompt tokens and one decode (unlike the
   prompt's TTFT, it holds no HTTP or tokenizer time);
+- a lone 32-token prompt's TTFT on an idle engine: one small prefill step plus the request's way
+  through the serving frontend, set against the step and the profile's `frontend_s`;
 
 and prints each beside `PerfModel.step_s` for the same shape under a profile (default: the
 bundled `cpu` one; --profile: a calibrated one, e.g. from `autotune sim calibrate`).
@@ -50,6 +52,8 @@ from workers.sim.perf import PerfModel
 from workers.sim.profile import Profile, find_profile, load_profile
 
 BATCHES, PROMPTS = (1, 2, 4, 8, 16), (200, 400, 700)
+LONE_PROMPT, LONE_REQUESTS = 32, 5  # short prompts alone: their TTFT is mostly the frontend
+LONE_SHAPE = f"TTFT, lone {LONE_PROMPT}-token prompt"
 DECODE_PROMPT, DECODE_TOKENS = 400, 300  # the fidelity trace's mean prompt
 SETTLE = 50  # tokens at each end of a stream left out: the batch is still forming or draining
 MAX_NUM_SEQS = 16
@@ -103,6 +107,14 @@ async def decode_step_s(url: str, batch: int, rng: random.Random) -> float:
     return statistics.median(steady_gaps_s([times for _, times in runs]))
 
 
+async def lone_ttft_s(url: str, rng: random.Random) -> float:
+    """TTFT of a short prompt on an idle engine: one small prefill step, plus the request's way
+    through the serving frontend and back, which no engine step shows."""
+    async with httpx.AsyncClient(timeout=120) as client:
+        sent, times = await _stream(client, url, _tokens(LONE_PROMPT, rng), 1)
+    return times[0] - sent
+
+
 async def prefill_step_s(url: str, prompt_tokens: int, rng: random.Random) -> float:
     async with httpx.AsyncClient(timeout=120) as client:
         decoder = asyncio.create_task(_stream(client, url, _tokens(DECODE_PROMPT, rng),
@@ -129,6 +141,8 @@ def measure(config: EngineConfig, engine_python: str, work: Path,
             for n in PROMPTS:
                 found.setdefault(f"prefill {n} + decode 1", []).append(
                     asyncio.run(prefill_step_s(url, n, rng)))
+            found.setdefault(LONE_SHAPE, []).extend(
+                asyncio.run(lone_ttft_s(url, rng)) for _ in range(LONE_REQUESTS))
             if attempt == 0:
                 found.clear()
     finally:
@@ -144,6 +158,8 @@ def simulated(config: EngineConfig, profile: Profile) -> dict[str, float]:
     steps = {f"decode {b}": perf.step_s(b, b * context) for b in BATCHES}
     steps.update({f"prefill {n} + decode 1": perf.step_s(1, context, n, 1, n * n / 2)
                   for n in PROMPTS})
+    steps[LONE_SHAPE] = (perf.step_s(0, 0.0, LONE_PROMPT, 1, LONE_PROMPT ** 2 / 2)
+                         + perf.profile.coefficients.frontend_s)
     return steps
 
 

@@ -146,3 +146,25 @@ def test_step_timings_pin_the_fixed_and_the_per_sequence_cost() -> None:
 def test_replays_without_step_timings_report_no_step_error() -> None:
     base = find_profile("cpu", "tiny-llama", "cpu", None).with_coefficients(noise_cv=0.0)
     assert "decode_step_ms" not in relative_errors(_measured_by(base, TINY)[:1], base)
+
+
+def test_the_frontend_adds_to_every_ttft_and_to_nothing_between_tokens() -> None:
+    base = find_profile("cpu", "tiny-llama", "cpu", None).with_coefficients(noise_cv=0.0)
+    m = Measurement(config=EngineConfig(max_num_seqs=8), deployment=TINY, trace=_trace(),
+                    rate_scale=2.0, seed=0, observed={})
+    plain, slow = predict(m, base), predict(m, base.with_coefficients(frontend_s=3e-3))
+    assert plain is not None and slow is not None
+    for metric in ("ttft_p50_ms", "ttft_p99_ms", "e2e_p50_ms"):
+        assert getattr(slow, metric) == pytest.approx(getattr(plain, metric) + 3.0)
+    assert slow.tpot_p50_ms == pytest.approx(plain.tpot_p50_ms)
+    assert slow.itl_p99_ms == plain.itl_p99_ms
+
+
+def test_calibration_finds_the_frontends_share_of_ttft() -> None:
+    """A frontend of 4 ms (HTTP and the API server on a 2-core host) in every TTFT: the fit
+    finds it from the latencies instead of making prefill dearer."""
+    base = find_profile("cpu", "tiny-llama", "cpu", None).with_coefficients(noise_cv=0.0)
+    truth = base.with_coefficients(frontend_s=4e-3)
+    fitted, before, after, _ = calibrate(_measured_by(truth, TINY), base, max_evals=400)
+    assert before["ttft_p50_ms"] > 0.1 and after["ttft_p50_ms"] < 0.03
+    assert fitted.coefficients.frontend_s == pytest.approx(4e-3, rel=0.25)

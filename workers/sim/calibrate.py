@@ -28,12 +28,15 @@ from workers.sim.profile import Profile
 
 # Coefficients the fit moves; the memory ones come from the hardware, not from timings.
 FIT_COEFFICIENTS = ("cpu_step_s", "cpu_seq_s", "cpu_prefill_token_s", "hbm_efficiency",
-                    "compute_efficiency", "attention_efficiency")
+                    "compute_efficiency", "attention_efficiency", "frontend_s")
 # Metric -> weight in the loss. Medians pin the step times; the tail is what SLOs judge.
 TARGETS = {"output_tok_s": 1.0, "tpot_p50_ms": 1.0, "ttft_p50_ms": 0.5, "ttft_p99_ms": 0.5}
 # A replay's decode step timings, each batch size counting alike: what pins the step model's form.
 STEP_METRIC, STEP_WEIGHT = "decode_step_ms", 1.0
-_FLOOR = 1e-9  # a coefficient the base profile leaves at 0 starts here
+_FLOOR = 1e-9  # a coefficient the base profile leaves at 0 starts here ...
+# ... unless it has a scale of its own: a frontend's way takes about a millisecond, 14 e-folds
+# above the floor, and the simplex's first steps are 0.7 of one.
+_ZERO_START = {"frontend_s": 1e-3}
 
 
 @dataclass(frozen=True)
@@ -136,7 +139,8 @@ def calibrate(measurements: Sequence[Measurement], base: Profile, *,
     quiet = base.with_coefficients(noise_cv=0.0)
     cases = [_Case(m, engine_shape(m.config, m.deployment)) for m in measurements]
     start = asdict(base.coefficients)
-    x0 = np.log([max(start[c], _FLOOR) for c in coefficients])
+    x0 = np.log([max(start[c], _FLOOR) if start[c] else _ZERO_START.get(c, _FLOOR)
+                 for c in coefficients])
 
     # Efficiencies are shares of a datasheet figure: never above 1. The `cpu` device has no
     # datasheet: its figures are a placeholder for whatever host runs the CPU build (one with

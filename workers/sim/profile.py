@@ -41,6 +41,10 @@ class Coefficients:
     # hbm/compute_efficiency times this): its kernels are not the GEMMs of the linear layers,
     # and on the CPU build they fall further behind. 1 in profiles from before it existed.
     attention_efficiency: float = 1.0
+    # A request's way through the serving frontend (HTTP, the API server, its hand-over to the
+    # engine core and the first token's way back): added to every request's TTFT and E2E. Not
+    # in profiles from before it existed, there 0.
+    frontend_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -427,8 +427,10 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
             if nxt < total and order[nxt].arrival <= clock:
                 break
 
-    first_token = np.array([r.first_s for r in reqs])
-    done = np.array([r.done_s for r in reqs])
+    # Token times as the client sees them: each one a frontend's way after its step.
+    frontend = perf.profile.coefficients.frontend_s
+    first_token = np.array([r.first_s for r in reqs]) + frontend
+    done = np.array([r.done_s for r in reqs]) + frontend
     arrival = np.array([r.arrival for r in reqs])
     queue = np.array([r.sched_s for r in reqs])
     failed = np.isnan(done)
