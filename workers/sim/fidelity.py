@@ -104,9 +104,9 @@ def measure_passes(configs: Sequence[dict[str, object]], trace: Trace, engine_py
                    load: float | None = None) -> list[Measurement]:
     """measure_real over all configs `passes` times, each pass on fresh engines, the later
     ones at the rates the first found: the repeats of a config lie a pass apart. On a 2-core VM
-    back-to-back replays of one engine differed by up to 1.7x in burst throughput, in spells
-    that last minutes; repeats in one spell judge the model against that spell. Returned config
-    by config, each config's replays in pass order."""
+    back-to-back replays of one engine differed by up to 1.7x in burst throughput; repeats back
+    to back share whatever state the engine and host are in. Returned config by config, each
+    config's replays in pass order."""
     first = measure_real(configs, trace, engine_python, work, scales, 1, load)
     per_config = len(first) // len(configs)
     found = [first[i * per_config:(i + 1) * per_config] for i in range(len(configs))]
