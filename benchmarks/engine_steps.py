@@ -107,12 +107,17 @@ async def decode_step_s(url: str, batch: int, rng: random.Random) -> float:
     return statistics.median(steady_gaps_s([times for _, times in runs]))
 
 
-async def lone_ttft_s(url: str, rng: random.Random) -> float:
-    """TTFT of a short prompt on an idle engine: one small prefill step, plus the request's way
-    through the serving frontend and back, which no engine step shows."""
+async def lone_ttft_s(url: str, rng: random.Random) -> list[float]:
+    """TTFTs of short prompts sent one after another to an idle engine: one small prefill step,
+    plus each request's way through the serving frontend and back, which no engine step shows.
+    One client and connection for all, as the replayer keeps (its first request opens it and
+    is not counted)."""
     async with httpx.AsyncClient(timeout=120) as client:
-        sent, times = await _stream(client, url, _tokens(LONE_PROMPT, rng), 1)
-    return times[0] - sent
+        found = []
+        for _ in range(LONE_REQUESTS + 1):
+            sent, times = await _stream(client, url, _tokens(LONE_PROMPT, rng), 1)
+            found.append(times[0] - sent)
+    return found[1:]
 
 
 async def prefill_step_s(url: str, prompt_tokens: int, rng: random.Random) -> float:
@@ -141,8 +146,7 @@ def measure(config: EngineConfig, engine_python: str, work: Path,
             for n in PROMPTS:
                 found.setdefault(f"prefill {n} + decode 1", []).append(
                     asyncio.run(prefill_step_s(url, n, rng)))
-            found.setdefault(LONE_SHAPE, []).extend(
-                asyncio.run(lone_ttft_s(url, rng)) for _ in range(LONE_REQUESTS))
+            found.setdefault(LONE_SHAPE, []).extend(asyncio.run(lone_ttft_s(url, rng)))
             if attempt == 0:
                 found.clear()
     finally:
