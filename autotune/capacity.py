@@ -19,6 +19,7 @@ from autotune.backends import EngineBackend
 from autotune.errors import EngineStartError, ReplayError
 from autotune.metrics import meets, summarize
 from autotune.records import LatencySummary, TrialOutcome, TrialSpec
+from autotune.step_timings import steps_to_json
 
 log = logging.getLogger("autotune.capacity")
 REPLAY_LATENCIES = ("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "e2e_p50_ms",
@@ -73,7 +74,7 @@ def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: floa
                         "send_lag_p99_ms": lag, "client_bound": client_bound,
                         # Enough of each replay to calibrate a simulator against it later.
                         **{k: getattr(summary, k) for k in REPLAY_LATENCIES},
-                        **({"decode_steps": [s.model_dump() for s in summary.decode_steps]}
+                        **({"decode_steps": steps_to_json(summary.decode_steps)}
                            if summary.decode_steps else {})})
         if client_bound:
             log.warning("%s trial %d: x%.3g is client-bound (send lag P99 %.1f ms > %.1f ms): "

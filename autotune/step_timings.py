@@ -31,6 +31,16 @@ class DecodeSteps(BaseModel):
     gaps: int
 
 
+def steps_to_json(steps: tuple[DecodeSteps, ...]) -> list[dict[str, float]]:
+    """As stored with a replay (a trial's replays, saved fidelity measurements)."""
+    return [s.model_dump() for s in steps]
+
+
+def steps_from_json(rows: list[dict[str, float]] | None) -> tuple[DecodeSteps, ...]:
+    """What steps_to_json wrote; none where a replay was stored before step timings were kept."""
+    return tuple(DecodeSteps.model_validate(r) for r in rows or ())
+
+
 def _active_count(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
     """How many intervals [start, end] hold each t (starts and ends sorted)."""
     return (np.searchsorted(starts, t, side="right") - np.searchsorted(ends, t, side="left"))

@@ -127,15 +127,20 @@ def _spread(values: list[float]) -> float:
     return max(values) / min(values) - 1 if len(values) > 1 else float("nan")
 
 
+def _known(values: Iterable[float]) -> list[float]:
+    """The values that are not nan (one replay: no spread; no lag kept; no step timings)."""
+    return [x for x in values if x == x]
+
+
 def _max_known(values: Iterable[float]) -> float | None:
-    """The largest, ignoring nan (one replay: no spread; no lag kept); None if there is none."""
-    known = [x for x in values if x == x]
+    """The largest, ignoring nan; None if there is none."""
+    known = _known(values)
     return max(known) if known else None
 
 
 def _mean_known(values: Iterable[float]) -> float | None:
     """The mean, ignoring nan, to 4 places; None if there is none."""
-    known = [x for x in values if x == x]
+    known = _known(values)
     return round(float(np.mean(known)), 4) if known else None
 
 

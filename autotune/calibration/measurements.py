@@ -17,7 +17,7 @@ from typing import Any
 from autotune.engine_config import EngineConfig
 from autotune.errors import ConfigError
 from autotune.records import Measurement
-from autotune.step_timings import DecodeSteps
+from autotune.step_timings import DecodeSteps, steps_from_json
 from autotune.storage.models import Campaign, Trial
 from autotune.storage.repo import spec_of
 from autotune.traffic.trace import Trace, load_trace
@@ -43,18 +43,14 @@ def _observed(values: dict[str, Any]) -> dict[str, float]:
             if isinstance(values.get(k), int | float) and math.isfinite(values[k])}
 
 
-def _steps(replay: dict[str, Any]) -> tuple[DecodeSteps, ...]:
-    """The replay's decode step timings; none from replays stored before they were kept."""
-    return tuple(DecodeSteps.model_validate(s) for s in replay.get("decode_steps") or ())
-
-
 _Point = tuple[float, dict[str, float], tuple[DecodeSteps, ...]]  # rate, observed, steps
 
 
 def _points(trial: Trial) -> list[_Point]:
     replays = [r for r in trial.replays if not r.get("client_bound") and "ttft_p99_ms" in r]
     if replays:
-        return [(float(r["rate_scale"]), _observed(r), _steps(r)) for r in replays]
+        return [(float(r["rate_scale"]), _observed(r), steps_from_json(r.get("decode_steps")))
+                for r in replays]
     points: list[_Point] = []
     if trial.latency:
         points.append((trial.capacity_rate_scale, _observed(trial.latency), ()))

@@ -26,7 +26,7 @@ from autotune.engine_config import EngineConfig
 from autotune.errors import ConfigError
 from autotune.metrics import summarize
 from autotune.records import Measurement
-from autotune.step_timings import DecodeSteps
+from autotune.step_timings import steps_from_json, steps_to_json
 from autotune.tiny_model import make_tiny_model
 from autotune.traffic.trace import Trace
 from workers.vllm.backend import VllmBackend
@@ -156,7 +156,7 @@ def save_measurements(measured: Sequence[Measurement], path: Path) -> None:
     decode step timings."""
     rows = [json.dumps({"config": m.config.explicit(), "rate_scale": m.rate_scale,
                         "seed": m.seed, "observed": m.observed, "source": m.source,
-                        "decode_steps": [s.model_dump() for s in m.decode_steps],
+                        "decode_steps": steps_to_json(m.decode_steps),
                         "trace_digest": m.trace.digest})
             for m in measured]
     tmp = path.with_suffix(path.suffix + ".tmp")
@@ -175,8 +175,7 @@ def load_measurements(path: Path, trace: Trace) -> list[Measurement]:
                             trace=trace, rate_scale=float(r["rate_scale"]), seed=int(r["seed"]),
                             observed={k: float(v) for k, v in r["observed"].items()},
                             source=str(r.get("source", "")),
-                            decode_steps=tuple(DecodeSteps.model_validate(s)
-                                               for s in r.get("decode_steps") or ()))
+                            decode_steps=steps_from_json(r.get("decode_steps")))
                 for r in rows]
     except ConfigError:
         raise
