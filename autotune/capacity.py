@@ -74,8 +74,8 @@ def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: floa
                         "send_lag_p99_ms": lag, "client_bound": client_bound,
                         # Enough of each replay to calibrate a simulator against it later.
                         **{k: getattr(summary, k) for k in REPLAY_LATENCIES},
-                        **({"decode_steps": steps_to_json(summary.decode_steps)}
-                           if summary.decode_steps else {})})
+                        **({"step_times": steps_to_json(summary.step_times)}
+                           if summary.step_times else {})})
         if client_bound:
             log.warning("%s trial %d: x%.3g is client-bound (send lag P99 %.1f ms > %.1f ms): "
                         "not used as a measurement", spec.study_name, spec.trial_number, scale,

@@ -49,7 +49,7 @@ def summarize(result: ReplayResult, slo: SLO | None = None) -> LatencySummary:
         output_tok_s=float(out.sum() / duration),
         request_s=float(ok.sum() / duration),
         engine_stats=dict(result.engine_stats),
-        decode_steps=result.decode_steps,
+        step_times=result.step_times,
         send_lag_p99_ms=(percentile_ms(result.send_lag_s, 99.0)
                          if result.send_lag_s is not None else None),
         goodput_request_s=_goodput(result, slo, duration) if slo is not None else None,

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 from autotune.deployment import DeploymentSpec
 from autotune.engine_config import EngineConfig
-from autotune.step_timings import DecodeSteps
+from autotune.step_timings import StepTime
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class ReplayResult:
     # knows it; a real replay sees only TTFT, which includes it).
     queue_s: np.ndarray | None = None
     # Real replays: the engine's decode step time by batch size (autotune.step_timings).
-    decode_steps: tuple[DecodeSteps, ...] = ()
+    step_times: tuple[StepTime, ...] = ()
 
 
 class LatencySummary(BaseModel):
@@ -68,7 +68,7 @@ class LatencySummary(BaseModel):
     queue_p50_ms: float | None = None  # simulated replays: time waiting to be scheduled
     queue_p99_ms: float | None = None
     engine_stats: dict[str, float] = {}
-    decode_steps: tuple[DecodeSteps, ...] = ()  # real replays: step time by decode batch size
+    step_times: tuple[StepTime, ...] = ()  # real replays: step time by decode batch size
 
 
 @dataclass(frozen=True)
@@ -178,7 +178,7 @@ class Measurement:
     seed: int
     observed: dict[str, float]  # output_tok_s, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, ...
     source: str = ""  # e.g. "campaign 3 trial 7"
-    decode_steps: tuple[DecodeSteps, ...] = ()  # the replay's decode step times, if measured
+    step_times: tuple[StepTime, ...] = ()  # the replay's decode step times, if measured
 
 
 @dataclass(frozen=True)

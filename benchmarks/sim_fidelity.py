@@ -30,8 +30,8 @@ pass's first replay measures capacity). On a 2-core AVX2-only host, `--requests 
 there); on an AVX-512 one (about 1,300 tok/s) the defaults took 48 minutes, in two passes 47.
 
 The calibration also fits the decode step times the fitted configs' replays show (autotune.
-step_timings); the table's `step err` column sets the held-out replays' step times against
-the fitted step model.
+step_timings), and the prefill steps they show; the table's `decode err` and `prefill err`
+columns set the held-out replays' step times against the fitted step model.
 
 Usage: .venv/bin/python benchmarks/sim_fidelity.py [--fit N] [--quick | --requests N]
                      [--repeats N] [--scales X,Y] [--save FILE | --measured FILE]
@@ -120,6 +120,7 @@ class Row(NamedTuple):
     ttft_spread: float
     tok_s_each: tuple[float, ...]  # each repeat's throughput
     step_err: float  # decode step times by batch size, model against engine: mean |rel|; nan: none
+    prefill_err: float  # prefill step times by prompt-length bin, the same way
 
 
 def _spread(values: list[float]) -> float:
@@ -232,7 +233,8 @@ def main() -> None:
                         f"requests, {repeats} replay(s) each; fitted on {args.fit} configs "
                         f"({evals} simulations), judged on {len(CONFIGS) - args.fit}")
     for col in ("config", "rate x", "tok/s real", "spread", "tok/s sim", "err",
-                "TTFT p99 real ms", "spread", "sim ms", "err", "step err", "send lag p99 ms",
+                "TTFT p99 real ms", "spread", "sim ms", "err", "decode err", "prefill err",
+                "send lag p99 ms",
                 "load"):
         table.add_column(col, justify="right")
     rows: list[Row] = []
@@ -247,17 +249,21 @@ def main() -> None:
         le = abs(pred.ttft_p99_ms / real_ttft - 1)
         lag = _max_known(r.observed.get("send_lag_p99_ms", float("nan")) for r in group)
         lag = float("nan") if lag is None else lag
-        steps = [abs(p / o - 1) for r in group for p, o in step_pairs_ms(r, quiet)]
+        pairs = [step_pairs_ms(r, quiet) for r in group]
+        steps = [abs(p / o - 1) for kinds in pairs for p, o in kinds.get("decode_step_ms", ())]
+        prefills = [abs(p / o - 1) for kinds in pairs
+                    for p, o in kinds.get("prefill_step_ms", ())]
         rows.append(Row(m.rate_scale, real_tok, pred.output_tok_s, te, le, lag,
                         abs(pred.output_tok_s / tok[0] - 1), abs(pred.ttft_p99_ms / ttft[0] - 1),
                         _spread(tok), _spread(ttft), tuple(tok),
-                        float(np.mean(steps)) if steps else float("nan")))
+                        float(np.mean(steps)) if steps else float("nan"),
+                        float(np.mean(prefills)) if prefills else float("nan")))
         label = {k: v for k, v in m.config.explicit().items() if k != "max_model_len"}
         table.add_row(json.dumps(label, separators=(",", ":")),
                       f"{m.rate_scale:g}", f"{real_tok:.0f}", _pct(rows[-1].tput_spread),
                       f"{pred.output_tok_s:.0f}", f"{te:.0%}", f"{real_ttft:.0f}",
                       _pct(rows[-1].ttft_spread), f"{pred.ttft_p99_ms:.0f}", f"{le:.0%}",
-                      _pct(rows[-1].step_err), f"{lag:.0f}",
+                      _pct(rows[-1].step_err), _pct(rows[-1].prefill_err), f"{lag:.0f}",
                       " ".join(r.source.rpartition(" ")[2] for r in group))
     console = Console(width=160)
     console.print(table)
@@ -285,9 +291,11 @@ def main() -> None:
                           for name, part in (("below", [r for r in rows if r.scale != burst]),
                                              ("burst", top)) if part},
                       "held_out_replays": len(rows),
-                      # Decode step times by batch size read off the held-out replays' token
-                      # streams (autotune.step_timings), against the step model: mean |rel|.
+                      # Step times read off the held-out replays' token streams (autotune.
+                      # step_timings), against the step model: mean |rel| of the decode steps
+                      # by batch size and of the prefill steps by prompt-length bin.
                       "decode_step_err_mean": _mean_known(r.step_err for r in rows),
+                      "prefill_step_err_mean": _mean_known(r.prefill_err for r in rows),
                       "repeats": repeats,
                       # Against one replay each (the first), as runs before repeats judged.
                       "throughput_err_max_first_replay": round(max(r.tput_err_first

@@ -71,7 +71,7 @@ def test_real_campaign_on_the_cpu_build(tmp_path: Path) -> None:
         assert (tmp_path / "logs" / f"cpu-tiny_2026Q4-trial{t.number}.log").exists()
     best = max((t for t in trials if t.feasible), key=lambda t: t.capacity_output_tok_s)
     # The replays keep the engine's decode step times, and calibration reads them back.
-    stored = [s for t in measured for r in t.replays for s in r.get("decode_steps") or ()]
+    stored = [s for t in measured for r in t.replays for s in r.get("step_times") or ()]
     assert stored and all(s["step_ms"] > 0 and s["batch"] >= 1 for s in stored), stored
     calibrated = run_cli("sim", "calibrate", "--campaign", "2026Q4", "--max-evals", "20",
                          "--no-save", env=env)

@@ -27,7 +27,7 @@ import aiohttp
 import numpy as np
 
 from autotune.records import ReplayResult
-from autotune.step_timings import decode_steps
+from autotune.step_timings import step_times
 
 
 @dataclass(frozen=True)
@@ -228,7 +228,7 @@ def run_replay(plan: ReplayPlan) -> tuple[ReplayResult, list[str]]:
         wall_s=max(wall, 1e-9),
         send_lag_s=lag,
         # Request times from t0, the gaps' clock: sent, first and last token.
-        decode_steps=decode_steps(sched + lag, sched + ttft, sched + e2e, prompt_tokens,
+        step_times=step_times(sched + lag, sched + ttft, sched + e2e, prompt_tokens,
                                   np.array([o.tokens for o in outcomes]),
                                   np.frombuffer(gaps.end_s, dtype=float), gap_s),
     )

@@ -17,7 +17,7 @@ from typing import Any
 from autotune.engine_config import EngineConfig
 from autotune.errors import ConfigError
 from autotune.records import Measurement
-from autotune.step_timings import DecodeSteps, steps_from_json
+from autotune.step_timings import StepTime, steps_from_json
 from autotune.storage.models import Campaign, Trial
 from autotune.storage.repo import spec_of
 from autotune.traffic.trace import Trace, load_trace
@@ -43,13 +43,13 @@ def _observed(values: dict[str, Any]) -> dict[str, float]:
             if isinstance(values.get(k), int | float) and math.isfinite(values[k])}
 
 
-_Point = tuple[float, dict[str, float], tuple[DecodeSteps, ...]]  # rate, observed, steps
+_Point = tuple[float, dict[str, float], tuple[StepTime, ...]]  # rate, observed, steps
 
 
 def _points(trial: Trial) -> list[_Point]:
     replays = [r for r in trial.replays if not r.get("client_bound") and "ttft_p99_ms" in r]
     if replays:
-        return [(float(r["rate_scale"]), _observed(r), steps_from_json(r.get("decode_steps")))
+        return [(float(r["rate_scale"]), _observed(r), steps_from_json(r))
                 for r in replays]
     points: list[_Point] = []
     if trial.latency:
@@ -72,5 +72,5 @@ def campaign_measurements(campaign: Campaign) -> list[Measurement]:
                 found.append(Measurement(config=config, deployment=deployment, trace=trace,
                                          rate_scale=scale, seed=campaign.seed, observed=observed,
                                          source=f"campaign {campaign.name} trial {trial.number}",
-                                         decode_steps=steps))
+                                         step_times=steps))
     return found

@@ -148,7 +148,7 @@ def test_decode_step_timings_come_from_the_streams_on_one_clock(server_url: str,
                       "processes": processes})
     result, errors = run_replay(p)
     assert errors == []
-    steps = {s.batch: s for s in summarize(result).decode_steps}
+    steps = {s.batch: s for s in summarize(result).step_times}
     assert set(steps) == {1, 2}
     assert steps[1].gaps >= 25 and steps[2].gaps >= 2 * 25
     for s in steps.values():

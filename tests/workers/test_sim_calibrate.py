@@ -11,10 +11,16 @@ from autotune.deployment import DeploymentSpec
 from autotune.engine_config import EngineConfig
 from autotune.errors import ConfigError
 from autotune.records import Measurement
-from autotune.step_timings import DecodeSteps
+from autotune.step_timings import StepTime
 from autotune.traffic.trace import Trace
 from workers.sim.backend import engine_shape
-from workers.sim.calibrate import calibrate, nelder_mead, predict, relative_errors
+from workers.sim.calibrate import (
+    calibrate,
+    nelder_mead,
+    predict,
+    relative_errors,
+    usable_prefill_steps,
+)
 from workers.sim.perf import PerfModel
 from workers.sim.profile import find_profile
 
@@ -113,12 +119,12 @@ def test_gpu_efficiencies_stay_shares_of_the_datasheet() -> None:
     assert got.attention_efficiency * max(got.hbm_efficiency, got.compute_efficiency) <= 1.0001
 
 
-def _steps_of(truth: object, m: Measurement) -> tuple[DecodeSteps, ...]:
+def _steps_of(truth: object, m: Measurement) -> tuple[StepTime, ...]:
     """The decode step timings a real replay would carry, made by the truth's step model at the
     fidelity trace's mean context (about 550 tokens a sequence)."""
     perf = PerfModel(m.deployment.gpu_info, m.deployment.model_info,
                      engine_shape(m.config, m.deployment), truth)  # type: ignore[arg-type]
-    return tuple(DecodeSteps(batch=b, kv_tokens=550.0 * b, step_ms=perf.step_s(b, 550.0 * b) * 1e3,
+    return tuple(StepTime(batch=b, kv_tokens=550.0 * b, step_ms=perf.step_s(b, 550.0 * b) * 1e3,
                              gaps=100) for b in (1, 2, 4, 8, 16) if b <= m.config.max_num_seqs)
 
 
@@ -132,7 +138,7 @@ def test_step_timings_pin_the_fixed_and_the_per_sequence_cost() -> None:
                                    cpu_seq_s=c.cpu_seq_s * 2)
     throughput_only = [replace(m, observed={"output_tok_s": m.observed["output_tok_s"]})
                        for m in _measured_by(truth, TINY)]
-    with_steps = [replace(m, decode_steps=_steps_of(truth, m)) for m in throughput_only]
+    with_steps = [replace(m, step_times=_steps_of(truth, m)) for m in throughput_only]
     blind, _, _, _ = calibrate(throughput_only, base, max_evals=300)
     fitted, before, after, _ = calibrate(with_steps, base, max_evals=300)
     assert before["decode_step_ms"] > 0.2
@@ -168,3 +174,50 @@ def test_calibration_finds_the_frontends_share_of_ttft() -> None:
     fitted, before, after, _ = calibrate(_measured_by(truth, TINY), base, max_evals=400)
     assert before["ttft_p50_ms"] > 0.1 and after["ttft_p50_ms"] < 0.03
     assert fitted.coefficients.frontend_s == pytest.approx(4e-3, rel=0.25)
+
+
+def _prefill_steps_of(truth: object, m: Measurement) -> tuple[StepTime, ...]:
+    """Prefill steps a real replay would carry: 20 prompts of 64-760 tokens, each in a step
+    beside two decodes, timed by the truth's step model."""
+    perf = PerfModel(m.deployment.gpu_info, m.deployment.model_info,
+                     engine_shape(m.config, m.deployment), truth)  # type: ignore[arg-type]
+    return tuple(StepTime(batch=2, kv_tokens=1100.0, gaps=2, prompt_tokens=int(p),
+                          step_ms=perf.step_s(2, 1100.0, int(p), 1, int(p) ** 2 / 2) * 1e3)
+                 for p in np.linspace(64, 760, 20))
+
+
+def test_prefill_step_timings_split_ttft_between_prefill_and_the_frontend() -> None:
+    """TTFT is the frontend's way plus the prefill: from latencies alone a fit can trade one
+    for the other (on a 2-core host one put 1.5 ms in the frontend where the engine's lone
+    prompts showed 6-7, and made prefill a third too dear). The prefill steps pin the split."""
+    base = find_profile("cpu", "tiny-llama", "cpu", None).with_coefficients(noise_cv=0.0)
+    truth = base.with_coefficients(frontend_s=6e-3,
+                                   cpu_prefill_token_s=base.coefficients.cpu_prefill_token_s / 3)
+    # One replay's median TTFT: one figure for two unknowns.
+    latency_only = [replace(m, observed={"ttft_p50_ms": m.observed["ttft_p50_ms"]})
+                    for m in _measured_by(truth, TINY)[:1]]
+    with_steps = [replace(m, step_times=_prefill_steps_of(truth, m)) for m in latency_only]
+    fit = ("cpu_prefill_token_s", "frontend_s")
+    blind, _, _, _ = calibrate(latency_only, base, coefficients=fit, max_evals=200)
+    fitted, before, after, _ = calibrate(with_steps, base, coefficients=fit, max_evals=200)
+    assert before["prefill_step_ms"] > 0.2 and after["prefill_step_ms"] < 0.03
+    assert after["ttft_p50_ms"] < 0.03
+    assert fitted.coefficients.frontend_s == pytest.approx(6e-3, rel=0.1)
+    assert relative_errors(with_steps, blind)["prefill_step_ms"] > 0.1  # latencies alone miss
+    assert abs(blind.coefficients.frontend_s / 6e-3 - 1) > 0.25
+
+
+def test_prefill_steps_of_split_or_cached_prompts_are_not_judged() -> None:
+    base = find_profile("cpu", "tiny-llama", "cpu", None).with_coefficients(noise_cv=0.0)
+    m = replace(_measured_by(base, TINY)[0], config=EngineConfig(
+        max_num_seqs=4, max_num_batched_tokens=256))
+    m = replace(m, step_times=_prefill_steps_of(base, m))
+    shape = engine_shape(m.config, m.deployment)
+    # 254 prompt tokens fit beside two decodes; longer prompts were split by the budget.
+    assert [s.prompt_tokens for s in usable_prefill_steps(m, shape)] == [
+        s.prompt_tokens for s in m.step_times if s.prompt_tokens <= 254]
+    shared = Trace.from_rows("shared", [{"arrival_s": 0.0, "prompt_tokens": 64,
+                                         "output_tokens": 8, "hash_ids": [1, 2]}])
+    assert usable_prefill_steps(replace(m, trace=shared), shape) == []
+    no_cache = replace(shape, enable_prefix_caching=False)
+    assert usable_prefill_steps(replace(m, trace=shared), no_cache) != []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.conftest import engine_python, vllm_processes
@@ -21,11 +22,22 @@ def test_a_fit_to_real_engines_finds_them_from_a_wrong_profile(tmp_path: Path) -
     assert len(measured) == 4 and all(m.observed["output_tok_s"] > 0 for m in measured)
     # The engine's decode steps, read off its token streams: batches it can run, steps of a
     # few milliseconds (the tiny model on 2 cores), more context for a larger batch.
-    steps = {(m.config.max_num_seqs, s.batch): s for m in measured for s in m.decode_steps}
+    steps = {(m.config.max_num_seqs, s.batch): s for m in measured for s in m.step_times
+             if not s.prompt_tokens}
     assert steps, "no replay gave decode step timings"
     for (seqs, batch), s in steps.items():
         assert 1 <= batch <= seqs and 0.3 < s.step_ms < 200 and s.gaps >= 20
         assert 32 * batch < s.kv_tokens < 900 * batch  # prompts of 32-768 tokens, <96 generated
+    # Its prefill steps: a fidelity prompt beside decodes the engine could run, each step
+    # longer, in the median, than a decode step of the same batch.
+    prefills = [(m.config.max_num_seqs, s) for m in measured for s in m.step_times
+                if s.prompt_tokens]
+    assert prefills, "no replay gave prefill step timings"
+    for seqs, s in prefills:
+        assert 32 <= s.prompt_tokens < 768 and 1 <= s.batch < seqs and 1 <= s.gaps <= s.batch
+    ratios = [s.step_ms / steps[seqs, s.batch].step_ms for seqs, s in prefills
+              if (seqs, s.batch) in steps]
+    assert ratios and float(np.median(ratios)) > 1.0
     bundled = find_profile("cpu", "tiny-llama", "cpu", None)
     c = bundled.coefficients
     # Start from a clearly wrong profile (CPU costs 8x too high): the bundled one was itself

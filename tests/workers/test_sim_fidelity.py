@@ -10,7 +10,7 @@ import pytest
 from autotune.engine_config import EngineConfig
 from autotune.errors import ConfigError
 from autotune.records import Measurement
-from autotune.step_timings import DecodeSteps
+from autotune.step_timings import StepTime
 from autotune.traffic.trace import Trace
 from workers.sim.fidelity import (
     CPU,
@@ -30,7 +30,7 @@ def _measured() -> list[Measurement]:
                         deployment=CPU, trace=trace, rate_scale=scale, seed=seed,
                         observed={"output_tok_s": 100.0 * seqs, "ttft_p99_ms": 50.0 * scale},
                         source=f"config {seqs} x{scale:g} load 1.20",
-                        decode_steps=(DecodeSteps(batch=1, kv_tokens=400.0, step_ms=2.1 * scale,
+                        step_times=(StepTime(batch=1, kv_tokens=400.0, step_ms=2.1 * scale,
                                                   gaps=30),) if seed == 3 else ())
             for seed, (seqs, scale) in enumerate([(4, 1.5), (4, 4.0), (32, 1.5)], start=3)]
 
@@ -41,10 +41,10 @@ def test_saved_measurements_read_back_the_same(tmp_path: Path) -> None:
     save_measurements(measured, path)
     assert not list(tmp_path.glob("*.tmp"))  # written whole, then moved into place
     back = load_measurements(path, fidelity_trace(24))
-    assert [(m.config, m.rate_scale, m.seed, m.observed, m.source, m.decode_steps)
+    assert [(m.config, m.rate_scale, m.seed, m.observed, m.source, m.step_times)
             for m in back] == [(m.config, m.rate_scale, m.seed, m.observed, m.source,
-                                m.decode_steps) for m in measured]
-    assert back[0].decode_steps  # the step timings came back too
+                                m.step_times) for m in measured]
+    assert back[0].step_times  # the step timings came back too
 
 
 def test_passes_repeat_every_config_on_fresh_engines_at_the_first_passs_rates(

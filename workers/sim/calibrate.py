@@ -23,6 +23,7 @@ import numpy as np
 from autotune.errors import ConfigError, EngineStartError
 from autotune.metrics import summarize
 from autotune.records import LatencySummary, Measurement
+from autotune.step_timings import StepTime
 from workers.sim.perf import EngineShape, PerfModel, StartFailure
 from workers.sim.profile import Profile
 
@@ -31,8 +32,13 @@ FIT_COEFFICIENTS = ("cpu_step_s", "cpu_seq_s", "cpu_prefill_token_s", "hbm_effic
                     "compute_efficiency", "attention_efficiency", "frontend_s")
 # Metric -> weight in the loss. Medians pin the step times; the tail is what SLOs judge.
 TARGETS = {"output_tok_s": 1.0, "tpot_p50_ms": 1.0, "ttft_p50_ms": 0.5, "ttft_p99_ms": 0.5}
-# A replay's decode step timings, each batch size counting alike: what pins the step model's form.
-STEP_METRIC, STEP_WEIGHT = "decode_step_ms", 1.0
+# A replay's step timings (autotune.step_timings), each kind one term, each batch size or
+# prompt-length bin counting alike within it: decode steps pin the step model's form, prefill
+# steps its prompt cost apart from the frontend's (TTFT holds both).
+STEP_METRICS, STEP_WEIGHT = ("decode_step_ms", "prefill_step_ms"), 1.0
+# Prefill steps are single gaps, each as noisy as one token gap: pooled by prompt length into
+# at most this many bins of at least MIN_PREFILL_STEPS, each judged by its median ratio.
+PREFILL_BINS, MIN_PREFILL_STEPS = 4, 5
 _FLOOR = 1e-9  # a coefficient the base profile leaves at 0 starts here ...
 # ... unless it has a scale of its own: a frontend's way takes about a millisecond, 14 e-folds
 # above the floor, and the simplex's first steps are 0.7 of one.
@@ -62,8 +68,7 @@ def predict(measurement: Measurement, profile: Profile, *, shape: EngineShape | 
 def relative_errors(measurements: Sequence[Measurement], profile: Profile,
                     metrics: Sequence[str] = tuple(TARGETS)) -> dict[str, float]:
     """Mean |predicted / measured - 1| per metric (inf where the simulator would not start)."""
-    errs: dict[str, list[float]] = {k: [] for k in metrics}
-    errs[STEP_METRIC] = []
+    errs: dict[str, list[float]] = {k: [] for k in (*metrics, *STEP_METRICS)}
     for m in measurements:
         pred = predict(m, profile)
         for k in metrics:
@@ -72,24 +77,62 @@ def relative_errors(measurements: Sequence[Measurement], profile: Profile,
                 continue
             value = getattr(pred, k) if pred is not None else float("nan")
             errs[k].append(abs(value / obs - 1) if math.isfinite(value) else float("inf"))
-        errs[STEP_METRIC] += [abs(p / o - 1) for p, o in step_pairs_ms(m, profile)]
+        for metric, pairs in step_pairs_ms(m, profile).items():
+            errs[metric] += [abs(p / o - 1) for p, o in pairs]
+    # A step metric no replay timed is left out; a target metric none measured is nan.
     return {k: float(np.mean(v)) if v else float("nan") for k, v in errs.items()
-            if v or k != STEP_METRIC}
+            if v or k not in STEP_METRICS}
 
 
 def step_pairs_ms(m: Measurement, profile: Profile, shape: EngineShape | None = None
-                  ) -> list[tuple[float, float]]:
-    """(modelled, measured) decode step milliseconds for each batch size the replay timed."""
-    if not m.decode_steps:
-        return []
+                  ) -> dict[str, list[tuple[float, float]]]:
+    """(modelled, measured) step milliseconds the replay timed, by STEP_METRICS kind: decode
+    steps one pair per batch size; prefill steps one per prompt-length bin (its median
+    measured step, and that times the median modelled / measured ratio). Kinds the replay has
+    no timings of are left out."""
+    if not m.step_times:
+        return {}
     from workers.sim.backend import engine_shape
 
+    shape = shape or engine_shape(m.config, m.deployment)
+    decode = [s for s in m.step_times if not s.prompt_tokens]
+    prefill = sorted(usable_prefill_steps(m, shape), key=lambda s: s.prompt_tokens)
     try:
-        perf = PerfModel(m.deployment.gpu_info, m.deployment.model_info,
-                         shape or engine_shape(m.config, m.deployment), profile)
+        perf = PerfModel(m.deployment.gpu_info, m.deployment.model_info, shape, profile)
     except (EngineStartError, StartFailure):  # an engine that would not start has no steps
-        return [(float("inf"), s.step_ms) for s in m.decode_steps]
-    return [(perf.step_s(s.batch, s.kv_tokens) * 1000.0, s.step_ms) for s in m.decode_steps]
+        perf = None
+
+    def modelled_ms(s: StepTime) -> float:
+        if perf is None:
+            return float("inf")
+        p = s.prompt_tokens
+        return perf.step_s(s.batch, s.kv_tokens, p, 1 if p else 0, p * p / 2) * 1000.0
+
+    found = {}
+    if decode:
+        found[STEP_METRICS[0]] = [(modelled_ms(s), s.step_ms) for s in decode]
+    bins = min(PREFILL_BINS, len(prefill) // MIN_PREFILL_STEPS)
+    if bins:
+        found[STEP_METRICS[1]] = []
+        for part in np.array_split(np.arange(len(prefill)), bins):
+            measured = np.array([prefill[i].step_ms for i in part])
+            ratio = np.array([modelled_ms(prefill[i]) for i in part]) / measured
+            middle = float(np.median(measured))
+            found[STEP_METRICS[1]].append((middle * float(np.median(ratio)), middle))
+    return found
+
+
+def usable_prefill_steps(m: Measurement, shape: EngineShape) -> list[StepTime]:
+    """The replay's prefill steps that computed a whole prompt: within the token budget beside
+    the step's decodes (a longer prompt was split, and the step timed only its last chunk) and
+    the long-prefill threshold; none where prefix caching may have skipped part of a prompt (a
+    trace with shared prefixes)."""
+    if shape.enable_prefix_caching and any(m.trace.hash_ids):
+        return []
+    limit = shape.long_prefill_token_threshold or shape.max_num_batched_tokens
+    return [s for s in m.step_times if s.prompt_tokens
+            and s.prompt_tokens + s.batch <= shape.max_num_batched_tokens
+            and s.prompt_tokens <= limit]
 
 
 def loss_of(measurements: Sequence[Measurement], profile: Profile) -> float:
@@ -112,8 +155,8 @@ def _loss(cases: Sequence[_Case], profile: Profile) -> float:
             value = getattr(pred, metric) if pred is not None else float("nan")
             total += weight * _log_err(value, obs) ** 2
             count += 1
-        pairs = step_pairs_ms(case.measurement, profile, case.shape)
-        if pairs:  # one term per replay, the mean over its batch sizes
+        for pairs in step_pairs_ms(case.measurement, profile, case.shape).values():
+            # one term per replay and kind, the mean over its batch sizes or bins
             total += STEP_WEIGHT * sum(_log_err(p, o) ** 2 for p, o in pairs) / len(pairs)
             count += 1
     return total / max(count, 1)

@@ -93,7 +93,7 @@ def measure_real(configs: Sequence[dict[str, object]], trace: Trace, engine_pyth
                                          observed={k: getattr(s, k) for k in OBSERVED
                                                    if getattr(s, k) is not None},
                                          source=f"config {i} x{scale:g} load {_load_1min()}",
-                                         decode_steps=s.decode_steps))
+                                         step_times=s.step_times))
         finally:
             backend.stop()
     return found
@@ -156,7 +156,7 @@ def save_measurements(measured: Sequence[Measurement], path: Path) -> None:
     decode step timings."""
     rows = [json.dumps({"config": m.config.explicit(), "rate_scale": m.rate_scale,
                         "seed": m.seed, "observed": m.observed, "source": m.source,
-                        "decode_steps": steps_to_json(m.decode_steps),
+                        "step_times": steps_to_json(m.step_times),
                         "trace_digest": m.trace.digest})
             for m in measured]
     tmp = path.with_suffix(path.suffix + ".tmp")
@@ -175,7 +175,7 @@ def load_measurements(path: Path, trace: Trace) -> list[Measurement]:
                             trace=trace, rate_scale=float(r["rate_scale"]), seed=int(r["seed"]),
                             observed={k: float(v) for k, v in r["observed"].items()},
                             source=str(r.get("source", "")),
-                            decode_steps=steps_from_json(r.get("decode_steps")))
+                            step_times=steps_from_json(r))
                 for r in rows]
     except ConfigError:
         raise
