@@ -32,7 +32,8 @@ class ReplayResult:
     # From the intended send time to the step that first scheduled the request (the simulator
     # knows it; a real replay sees only TTFT, which includes it).
     queue_s: np.ndarray | None = None
-    # Real replays: the engine's decode step time by batch size (autotune.step_timings).
+    # Real replays: the engine's decode step time by batch size, and its prefill steps
+    # (autotune.step_timings).
     step_times: tuple[StepTime, ...] = ()
 
 
@@ -68,7 +69,7 @@ class LatencySummary(BaseModel):
     queue_p50_ms: float | None = None  # simulated replays: time waiting to be scheduled
     queue_p99_ms: float | None = None
     engine_stats: dict[str, float] = {}
-    step_times: tuple[StepTime, ...] = ()  # real replays: step time by decode batch size
+    step_times: tuple[StepTime, ...] = ()  # real replays: decode and prefill step times
 
 
 @dataclass(frozen=True)
@@ -178,7 +179,7 @@ class Measurement:
     seed: int
     observed: dict[str, float]  # output_tok_s, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, ...
     source: str = ""  # e.g. "campaign 3 trial 7"
-    step_times: tuple[StepTime, ...] = ()  # the replay's decode step times, if measured
+    step_times: tuple[StepTime, ...] = ()  # the replay's step times, if measured
 
 
 @dataclass(frozen=True)

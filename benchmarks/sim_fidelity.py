@@ -57,7 +57,7 @@ from rich.console import Console
 from rich.table import Table
 
 from autotune.errors import ConfigError
-from autotune.records import CapacitySearch
+from autotune.records import CapacitySearch, Measurement
 from workers.sim.calibrate import calibrate, predict, step_pairs_ms
 from workers.sim.fidelity import (
     fidelity_trace,
@@ -121,6 +121,7 @@ class Row(NamedTuple):
     tok_s_each: tuple[float, ...]  # each repeat's throughput
     step_err: float  # decode step times by batch size, model against engine: mean |rel|; nan: none
     prefill_err: float  # prefill step times by prompt-length bin, the same way
+    one_seq_ms_each: tuple[float, ...]  # each repeat's engine: its one-sequence decode step (nan: none)
 
 
 def _spread(values: list[float]) -> float:
@@ -143,6 +144,12 @@ def _mean_known(values: Iterable[float]) -> float | None:
     """The mean, ignoring nan, to 4 places; None if there is none."""
     known = _known(values)
     return round(float(np.mean(known)), 4) if known else None
+
+
+def _one_seq_step_ms(m: Measurement) -> float:
+    """The replay's one-sequence decode step, ms (nan: it never ran one alone, as in a burst)."""
+    return next((s.step_ms for s in m.step_times if s.batch == 1 and not s.prompt_tokens),
+                float("nan"))
 
 
 def _pct(x: float) -> str:
@@ -183,9 +190,9 @@ def main() -> None:
                         help="also replay at this share of each engine's capacity, as its "
                              f"discarded pass at the top multiplier measured it (default {LOAD}; "
                              "0: fixed multipliers only)")
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--save", type=Path, help="write the real measurements here")
-    group.add_argument("--measured", type=Path, help="judge these saved measurements instead")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--save", type=Path, help="write the real measurements here")
+    source.add_argument("--measured", type=Path, help="judge these saved measurements instead")
     args = parser.parse_args()
     if args.repeats < 1:
         sys.exit(f"sim_fidelity: --repeats must be at least 1, not {args.repeats}")
@@ -235,7 +242,7 @@ def main() -> None:
     for col in ("config", "rate x", "tok/s real", "spread", "tok/s sim", "err",
                 "TTFT p99 real ms", "spread", "sim ms", "err", "decode err", "prefill err",
                 "send lag p99 ms",
-                "load"):
+                "1-seq step ms", "load"):
         table.add_column(col, justify="right")
     rows: list[Row] = []
     for group in groups[fit_n:]:
@@ -257,13 +264,15 @@ def main() -> None:
                         abs(pred.output_tok_s / tok[0] - 1), abs(pred.ttft_p99_ms / ttft[0] - 1),
                         _spread(tok), _spread(ttft), tuple(tok),
                         float(np.mean(steps)) if steps else float("nan"),
-                        float(np.mean(prefills)) if prefills else float("nan")))
+                        float(np.mean(prefills)) if prefills else float("nan"),
+                        tuple(_one_seq_step_ms(r) for r in group)))
         label = {k: v for k, v in m.config.explicit().items() if k != "max_model_len"}
         table.add_row(json.dumps(label, separators=(",", ":")),
                       f"{m.rate_scale:g}", f"{real_tok:.0f}", _pct(rows[-1].tput_spread),
                       f"{pred.output_tok_s:.0f}", f"{te:.0%}", f"{real_ttft:.0f}",
                       _pct(rows[-1].ttft_spread), f"{pred.ttft_p99_ms:.0f}", f"{le:.0%}",
                       _pct(rows[-1].step_err), _pct(rows[-1].prefill_err), f"{lag:.0f}",
+                      " ".join("-" if x != x else f"{x:.1f}" for x in rows[-1].one_seq_ms_each),
                       " ".join(r.source.rpartition(" ")[2] for r in group))
     console = Console(width=160)
     console.print(table)
@@ -318,6 +327,11 @@ def main() -> None:
                       "client_bound_replays": len(rows) - len(clean),
                       "ttft_p99_err_max_not_client_bound": (
                           round(max(r.ttft_err for r in clean), 4) if clean else None),
+                      # How fast each held-out replay's engine instance ran one sequence: on a
+                      # 2-core VM instances of one config differed up to 2x, all replay long.
+                      "one_seq_step_ms_range": (
+                          None if not (known := _known(x for r in rows for x in r.one_seq_ms_each))
+                          else [round(min(known), 2), round(max(known), 2)]),
                       "send_lag_p99_ms_max": max((round(r.send_lag_ms, 1) for r in rows
                                                   if r.send_lag_ms == r.send_lag_ms),
                                                  default=None)}))
