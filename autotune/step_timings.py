@@ -136,12 +136,12 @@ def step_times(sent_s: np.ndarray, first_s: np.ndarray, last_s: np.ndarray,
     gap = np.asarray(gap_s, dtype=float)
     if not len(requests) or not len(gap):
         return ()
-    return (decode_steps(requests, gap_end, gap, min_gaps)
-            + prefill_steps(requests, gap_end, gap, max_prefill_steps))
+    return (_decode_steps(requests, gap_end, gap, min_gaps)
+            + _prefill_steps(requests, gap_end, gap, max_prefill_steps))
 
 
-def decode_steps(requests: _Requests, gap_end: np.ndarray, gap: np.ndarray,
-                 min_gaps: int = MIN_GAPS) -> tuple[StepTime, ...]:
+def _decode_steps(requests: _Requests, gap_end: np.ndarray, gap: np.ndarray,
+                  min_gaps: int) -> tuple[StepTime, ...]:
     """Decode step times by batch size: the median gap over the gaps in which no request
     waited and the batch did not change."""
     gap_start = gap_end - gap
@@ -159,8 +159,8 @@ def decode_steps(requests: _Requests, gap_end: np.ndarray, gap: np.ndarray,
     return tuple(found)
 
 
-def prefill_steps(requests: _Requests, gap_end: np.ndarray, gap: np.ndarray,
-                  limit: int) -> tuple[StepTime, ...]:
+def _prefill_steps(requests: _Requests, gap_end: np.ndarray, gap: np.ndarray,
+                   limit: int) -> tuple[StepTime, ...]:
     """Steps that prefilled one request's prompt beside b decodes: for each request that was
     the only one waiting, the decoding streams' gaps that ended with its first token."""
     order = np.argsort(gap_end, kind="stable")
@@ -175,8 +175,8 @@ def prefill_steps(requests: _Requests, gap_end: np.ndarray, gap: np.ndarray,
         step = float(np.median(near))
         start, mid = np.array([first - step]), np.array([first - step / 2])
         batch = int(requests.decoding(mid)[0])
-        # Alone in waiting (it counts itself), a batch that held, and a gap no longer than one
-        # step of it: a stream's gap spanning two steps would show a token in between.
+        # Alone in waiting (it counts itself), no more matching gaps than streams decoding, and
+        # no stream ending within the gap: one that did would show it spanned two steps.
         if batch < 1 or len(near) > batch or requests.waiting(start, np.array([first]))[0] != 1:
             continue
         edge = min(MATCH_SHARE * step, MATCH_MAX_S)

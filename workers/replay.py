@@ -229,8 +229,8 @@ def run_replay(plan: ReplayPlan) -> tuple[ReplayResult, list[str]]:
         send_lag_s=lag,
         # Request times from t0, the gaps' clock: sent, first and last token.
         step_times=step_times(sched + lag, sched + ttft, sched + e2e, prompt_tokens,
-                                  np.array([o.tokens for o in outcomes]),
-                                  np.frombuffer(gaps.end_s, dtype=float), gap_s),
+                              np.array([o.tokens for o in outcomes]),
+                              np.frombuffer(gaps.end_s, dtype=float), gap_s),
     )
     errors = sorted({o.error for o in outcomes if o.error})
     return result, errors
