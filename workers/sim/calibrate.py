@@ -4,14 +4,14 @@ Each measurement is one real replay (engine arguments, trace, rate multiplier, t
 output throughput and latency percentiles, and the engine's decode step time by batch size and
 its prefill steps, autotune.step_timings). The fit simulates every measurement with candidate
 coefficients and minimises the mean squared log error over the metrics below, with Nelder-Mead
-on the logarithms of the coefficients (they are positive and span orders of magnitude). The step timings are set
-against the step model directly: replays alone let a fit trade the fixed per-step cost against
-the per-sequence one and still match throughput (on a 2-core AVX-512 host a replay-only fit
-timed a one-sequence decode step at 3.1 ms where the engine took 1.9-2.5, and predicted
-`max_num_seqs` 1 16% slow), and prefill against the frontend's share of TTFT (a fit with decode
-steps alone put 1.5 ms in the frontend where lone prompts showed 6-7, and made 400- and
-700-token prefill steps 28-36% too dear). The fit is deterministic: the profile's run-to-run jitter is off
-while fitting.
+on the logarithms of the coefficients (they are positive and span orders of magnitude). The
+step timings are set against the step model directly: replays alone let a fit trade the fixed
+per-step cost against the per-sequence one and still match throughput (on a 2-core AVX-512 host
+a replay-only fit timed a one-sequence decode step at 3.1 ms where the engine took 1.9-2.5, and
+predicted `max_num_seqs` 1 16% slow), and prefill against the frontend's share of TTFT (a fit
+with decode steps alone put 1.5 ms in the frontend where lone prompts showed 6-7, and made
+400-and 700-token prefill steps 28-36% too dear). The fit is deterministic: the profile's
+run-to-run jitter is off while fitting.
 """
 
 from __future__ import annotations
