@@ -10,7 +10,7 @@ per-step cost against the per-sequence one and still match throughput (on a 2-co
 a replay-only fit timed a one-sequence decode step at 3.1 ms where the engine took 1.9-2.5, and
 predicted `max_num_seqs` 1 16% slow), and prefill against the frontend's share of TTFT (a fit
 with decode steps alone put 1.5 ms in the frontend where lone prompts showed 6-7, and made
-400-and 700-token prefill steps 28-36% too dear). The fit is deterministic: the profile's
+400- and 700-token prefill steps 28-36% too dear). The fit is deterministic: the profile's
 run-to-run jitter is off while fitting.
 """
 
