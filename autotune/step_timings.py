@@ -104,6 +104,11 @@ class _Requests:
         return (np.searchsorted(self.sent_sorted, end, side="left")
                 - np.searchsorted(self.first_sorted, start, side="right"))
 
+    def ended(self, start: float, end: float) -> int:
+        """Requests whose last token came within (start, end)."""
+        return int(np.searchsorted(self.last_sorted, end, side="left")
+                   - np.searchsorted(self.last_sorted, start, side="right"))
+
     def decoding(self, t: np.ndarray) -> np.ndarray:
         """Requests between their first and last token at t."""
         return _active_count(self.first_sorted, self.last_sorted, t)
@@ -180,9 +185,7 @@ def _prefill_steps(requests: _Requests, gap_end: np.ndarray, gap: np.ndarray,
         if batch < 1 or len(near) > batch or requests.waiting(start, np.array([first]))[0] != 1:
             continue
         edge = min(MATCH_SHARE * step, MATCH_MAX_S)
-        ended_within = np.searchsorted(requests.last_sorted, first - edge, side="left") - (
-            np.searchsorted(requests.last_sorted, start[0] + edge, side="right"))
-        if ended_within:
+        if requests.ended(start[0] + edge, first - edge):
             continue
         found.append(StepTime(batch=batch, kv_tokens=float(requests.context(mid)[0]),
                               step_ms=step * 1000.0, gaps=len(near),

@@ -58,7 +58,7 @@ from rich.table import Table
 
 from autotune.errors import ConfigError
 from autotune.records import CapacitySearch, Measurement
-from workers.sim.calibrate import calibrate, predict, step_pairs_ms
+from workers.sim.calibrate import STEP_METRICS, calibrate, predict, step_pairs_ms
 from workers.sim.fidelity import (
     fidelity_trace,
     grouped,
@@ -67,7 +67,7 @@ from workers.sim.fidelity import (
     measure_passes,
     save_measurements,
 )
-from workers.sim.profile import find_profile
+from workers.sim.profile import Profile, find_profile
 
 # Fitted on the first --fit configs, judged on the rest; the ones that matter on a CPU engine:
 # concurrency, the token budget, chunking and the block size.
@@ -144,6 +144,15 @@ def _mean_known(values: Iterable[float]) -> float | None:
     """The mean, ignoring nan, to 4 places; None if there is none."""
     known = _known(values)
     return round(float(np.mean(known)), 4) if known else None
+
+
+def _step_errors(replays: list[Measurement], profile: Profile) -> dict[str, float]:
+    """Mean |modelled / measured - 1| of the replays' step times, per STEP_METRICS kind (nan:
+    none timed)."""
+    pairs = [step_pairs_ms(r, profile) for r in replays]
+    errs = {k: [abs(p / o - 1) for kinds in pairs for p, o in kinds.get(k, ())]
+            for k in STEP_METRICS}
+    return {k: float(np.mean(v)) if v else float("nan") for k, v in errs.items()}
 
 
 def _one_seq_step_ms(m: Measurement) -> float:
@@ -241,8 +250,7 @@ def main() -> None:
                         f"({evals} simulations), judged on {len(CONFIGS) - args.fit}")
     for col in ("config", "rate x", "tok/s real", "spread", "tok/s sim", "err",
                 "TTFT p99 real ms", "spread", "sim ms", "err", "decode err", "prefill err",
-                "send lag p99 ms",
-                "1-seq step ms", "load"):
+                "send lag p99 ms", "1-seq step ms", "load"):
         table.add_column(col, justify="right")
     rows: list[Row] = []
     for group in groups[fit_n:]:
@@ -256,15 +264,11 @@ def main() -> None:
         le = abs(pred.ttft_p99_ms / real_ttft - 1)
         lag = _max_known(r.observed.get("send_lag_p99_ms", float("nan")) for r in group)
         lag = float("nan") if lag is None else lag
-        pairs = [step_pairs_ms(r, quiet) for r in group]
-        steps = [abs(p / o - 1) for kinds in pairs for p, o in kinds.get("decode_step_ms", ())]
-        prefills = [abs(p / o - 1) for kinds in pairs
-                    for p, o in kinds.get("prefill_step_ms", ())]
+        step_errs = _step_errors(group, quiet)
         rows.append(Row(m.rate_scale, real_tok, pred.output_tok_s, te, le, lag,
                         abs(pred.output_tok_s / tok[0] - 1), abs(pred.ttft_p99_ms / ttft[0] - 1),
                         _spread(tok), _spread(ttft), tuple(tok),
-                        float(np.mean(steps)) if steps else float("nan"),
-                        float(np.mean(prefills)) if prefills else float("nan"),
+                        step_errs["decode_step_ms"], step_errs["prefill_step_ms"],
                         tuple(_one_seq_step_ms(r) for r in group)))
         label = {k: v for k, v in m.config.explicit().items() if k != "max_model_len"}
         table.add_row(json.dumps(label, separators=(",", ":")),
