@@ -24,6 +24,7 @@ from autotune.traffic.prompts import prompt_token_ids
 from autotune.traffic.trace import Trace
 from workers.replay import ReplayPlan, run_replay
 from workers.telemetry import GpuMonitor, Watermarks, make_monitor
+from workers.vllm.cpu_affinity import isolate_workers, on_cores
 from workers.vllm.metrics import KvUsageSampler, engine_stats, scrape
 from workers.vllm.process import EngineProcess, free_port
 
@@ -69,6 +70,7 @@ class VllmBackend(EngineBackend):
         self._config: EngineConfig | None = None
         self._monitor: GpuMonitor | None = None
         self._replays = 0  # since the engine started: each replay gets prompts of its own
+        self._client_cores: set[int] = set()
 
     def _prompt_seed(self, seed: int) -> int:
         """A prompt seed no earlier replay on this engine used. With one seed for all, every
@@ -89,12 +91,12 @@ class VllmBackend(EngineBackend):
         env = dict(self.env)
         if deployment.gpu_info.device == "cpu":
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-            # vLLM's own thread binding (VLLM_CPU_OMP_THREADS_BIND=auto) is left alone on
-            # purpose: on a 2-core VM it pins one OpenMP thread to core 0 and leaves core 1 to
-            # the engine-core and API-server processes and the replay client. Tiny model,
-            # max_num_seqs 16, at 1.5x/4x: auto gave TPOT 4-6 ms and 180/465 tok/s (load average
-            # 2.7-3.0); nobind with two OpenMP threads gave TPOT 60-116 ms and 113-181 tok/s,
-            # slower at low load than at high (load average 4.7-6.6, partly its own threads).
+            # vLLM's own thread binding (VLLM_CPU_OMP_THREADS_BIND=auto) is kept on purpose:
+            # on a 2-core VM it pins one OpenMP thread to core 0. Tiny model, max_num_seqs 16,
+            # at 1.5x/4x: auto gave TPOT 4-6 ms and 180/465 tok/s (load average 2.7-3.0); nobind
+            # with two OpenMP threads gave TPOT 60-116 ms and 113-181 tok/s, slower at low load
+            # than at high (load average 4.7-6.6, partly its own threads). The other processes
+            # are then kept off the bound cores (cpu_affinity).
         self._engine = EngineProcess(cmd, port=port, log_path=log_path, env=env)
         self._config = config
         self._replays = 0
@@ -103,6 +105,10 @@ class VllmBackend(EngineBackend):
         log.info("%s: starting %s", label, " ".join(cmd))
         seconds = self._engine.start(self.startup_timeout_s)
         log.info("%s: healthy after %.1f s", label, seconds)
+        # The cores the engine's worker is not bound to: the rest of it and the client run there.
+        self._client_cores = (isolate_workers(self._engine.proc.pid)
+                              if deployment.gpu_info.device == "cpu" and self._engine.proc
+                              else set())
 
     @property
     def base_url(self) -> str:
@@ -139,13 +145,14 @@ class VllmBackend(EngineBackend):
         assert isinstance(trace, Trace)
         plan = self._plan(trace, WARMUP_RATE_SCALE, self._prompt_seed(seed),
                           slice(0, WARMUP_REQUESTS))
-        run_replay(plan)
+        with on_cores(self._client_cores):
+            run_replay(plan)
 
     def replay(self, trace: object, rate_scale: float, seed: int) -> ReplayResult:
         assert isinstance(trace, Trace) and self._engine is not None
         plan = self._plan(trace, rate_scale, self._prompt_seed(seed))
         before = scrape(self._engine.base_url)
-        with KvUsageSampler(self._engine.base_url) as kv:
+        with on_cores(self._client_cores), KvUsageSampler(self._engine.base_url) as kv:
             result, errors = run_replay(plan)
         after = scrape(self._engine.base_url)
         if errors:

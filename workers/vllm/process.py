@@ -201,6 +201,12 @@ def _group_alive(pgid: int) -> bool:
 
 
 def _group_has_live_members(pgid: int) -> bool:
+    return bool(group_pids(pgid))
+
+
+def group_pids(pgid: int) -> list[int]:
+    """The live (not zombie) processes of a process group."""
+    pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -210,5 +216,5 @@ def _group_has_live_members(pgid: int) -> bool:
             continue
         fields = stat.rsplit(")", 1)[1].split()
         if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
+            pids.append(int(entry.name))
+    return pids
