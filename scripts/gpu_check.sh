@@ -1,11 +1,56 @@
 #!/usr/bin/env bash
 # The GPU checks, as one short script for a lent GPU machine (see the device notes in
-# ../shared/ARCHITECTURE.md): installs autotune without its heavy optional parts, then runs the
-# tests marked `gpu` (NVML telemetry and a real vLLM trial on CUDA). A CUDA build of vLLM must be
-# importable by AUTOTUNE_GPU_ENGINE_PYTHON (default python3); without one that test skips.
+# ../shared/ARCHITECTURE.md). Needs python3 with a CUDA build of vLLM and autotune's runtime
+# packages importable (PYTHONPATH may point at a carried site directory); it installs autotune
+# itself (editable, for its plug-in entry points) and nothing from the network. Then:
+#   1. the tests marked `gpu`: NVML telemetry and one real vLLM trial on CUDA;
+#   2. a short real campaign through the normal `autotune tune --backend vllm` command (vLLM's
+#      defaults, the heuristic config and TPE proposals on the tiny model), then its report.
+# Env: AUTOTUNE_GPU_TRIALS (3), AUTOTUNE_GPU_TRACE (the Azure code trace under
+# AUTOTUNE_TRACES_DIR), AUTOTUNE_GPU_OUT (where logs, the database and the report go; runs/gpu).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install -q --no-deps -e . 2>/dev/null || true
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# The backends and executors are entry points: without an install `--backend vllm` is unknown.
+# Offline, so no build isolation; GPU images often run a newer Python than pyproject names.
+python3 -m pip install -q --no-deps --no-build-isolation --no-index --ignore-requires-python -e .
+out=$(realpath -m "${AUTOTUNE_GPU_OUT:-runs/gpu}")
+mkdir -p "$out"
+
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-python3 -m pytest -m gpu -q -rs tests/workers/test_telemetry.py tests/workers/test_vllm_gpu.py "$@"
+case "$gpu_name" in  # the catalogue's name for this card
+  *H200*) gpu=H200-141GB ;; *H100*) gpu=H100-80GB ;; *A100*) gpu=A100-80GB ;; *L40S*) gpu=L40S ;;
+  *) echo "gpu_check: no catalogue entry for '$gpu_name'; set AUTOTUNE_GPU_CATALOGUE" >&2
+     gpu="${AUTOTUNE_GPU_CATALOGUE:?}" ;;
+esac
+python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)" \
+  || echo "gpu_check: python3 has no vLLM; the engine runs AUTOTUNE_ENGINE__PYTHON's"
+# vLLM samples top-k/top-p with FlashInfer by default on CUDA and fails to start without it.
+python3 -c "import flashinfer" 2>/dev/null || export VLLM_USE_FLASHINFER_SAMPLER=0
+
+failed=0  # each step runs even if an earlier one failed; the exit status says whether any did
+echo "== 1. gpu-marked tests"
+python3 -m pytest -m gpu -q -rs -p no:cacheprovider \
+  tests/workers/test_telemetry.py tests/workers/test_vllm_gpu.py 2>&1 | tee "$out/pytest.log" \
+  || failed=1
+
+echo "== 2. a real campaign on $gpu"
+traces="${AUTOTUNE_TRACES_DIR:-../shared/traces}"
+trace="${AUTOTUNE_GPU_TRACE:-$traces/azure_llm_2023_code.csv}"
+at() { python3 -m autotune.cli.main "$@"; }
+export AUTOTUNE_DATABASE_URL="sqlite:///$out/autotune.db"
+rm -rf "$out/tiny"; at models make-tiny "$out/tiny"
+# Minutes 3-5 of the trace, 8x faster: about 700 requests offered over 15 s at x1.
+at traffic shape "$trace" --out "$out/trace.parquet" --start 180 --end 300 --rate-scale 8 \
+  --max-model-len 2048
+rm -f "$out/autotune.db"; at db upgrade
+# Eager engines (the extra argument wins over the config's) keep each start short; the test
+# above starts its engine with vLLM's default compilation and CUDA graphs.
+AUTOTUNE_ENGINE__PYTHON="${AUTOTUNE_ENGINE__PYTHON:-python3}" at tune --backend vllm --deployment gpu-tiny --campaign gpu-check \
+  --model tiny-llama --gpu "$gpu" --gpus 1 --max-model-len 2048 --model-path "$out/tiny" \
+  --engine-arg=--load-format=dummy --engine-arg=--enforce-eager --trace "$out/trace.parquet" \
+  --slo "ttft_p99<=500ms,tpot_p99<=50ms" --trials "${AUTOTUNE_GPU_TRIALS:-3}" --max-scale 64 \
+  --confirm-top 0 2>&1 | tee "$out/tune.log" || failed=1
+at report --campaign gpu-check --deployment gpu-tiny --out "$out/report" || failed=1
+exit $failed
