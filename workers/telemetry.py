@@ -1,8 +1,14 @@
 """GPU telemetry for a trial: an NVML sampler, the tuning guide's memory watermarks, and a null
 monitor where NVML is absent (CPU machines, the simulator).
 
-Watermarks (fractions of GPU memory in use, configurable): above `warn` the trial is noted,
-above `flag` it is flagged, above `abort` the trial is stopped as memory pressure.
+Watermarks (configurable): above `warn` the trial is noted, above `flag` it is flagged, above
+`abort` the trial is stopped as memory pressure. They are read against the memory the engine did
+not reserve for itself. vLLM takes gpu_memory_utilization x total at start-up by design, so the
+GPU's raw used fraction says only what was configured: on an H200, 0.924 with vLLM's default
+0.92 and 0.904 with 0.90, so the guide's raw 90% would flag every default engine and its 95%
+abort every config above 0.94 (the search space goes to 0.97). The pressure is the share of
+the rest in use, (used - reserved) / (1 - reserved): other processes, or an engine outgrowing
+its own budget. With nothing reserved it is the raw fraction, as in the guide.
 """
 
 from __future__ import annotations
@@ -38,9 +44,11 @@ class GpuMonitor:
     """Samples in a background thread between start() and stop(); stop() returns a summary."""
 
     def __init__(self, sampler: Sampler | None, watermarks: Watermarks = Watermarks(),
-                 interval_s: float = 0.5) -> None:
+                 interval_s: float = 0.5, reserved_fraction: float = 0.0) -> None:
         self.sampler, self.watermarks, self.interval_s = sampler, watermarks, interval_s
+        self.reserved_fraction = min(max(reserved_fraction, 0.0), 0.99)
         self.peak_used_fraction = 0.0
+        self.peak_pressure = 0.0  # of the memory not reserved, the share in use (see above)
         self.util_sum = 0.0
         self.samples = 0
         self.memory_total_bytes = 0
@@ -59,13 +67,16 @@ class GpuMonitor:
             return
         self.samples += 1
         self.memory_total_bytes = sum(total for _, total, _ in gpus)
-        self.peak_used_fraction = max(self.peak_used_fraction,
-                                      max(used / total for used, total, _ in gpus if total))
+        used_fraction = max(used / total for used, total, _ in gpus if total)
+        self.peak_used_fraction = max(self.peak_used_fraction, used_fraction)
+        free = 1.0 - self.reserved_fraction
+        self.peak_pressure = max(self.peak_pressure,
+                                 max(0.0, used_fraction - self.reserved_fraction) / free)
         self.util_sum += sum(u for *_, u in gpus) / len(gpus)
 
     @property
     def level(self) -> str:
-        return self.watermarks.level(self.peak_used_fraction) if self.samples else "ok"
+        return self.watermarks.level(self.peak_pressure) if self.samples else "ok"
 
     def start(self) -> None:
         if self.sampler is None or self._thread is not None:
@@ -93,6 +104,8 @@ class GpuMonitor:
         return {"available": True, "samples": self.samples,
                 "memory_total_bytes": self.memory_total_bytes,
                 "memory_used_peak_fraction": round(self.peak_used_fraction, 4),
+                "memory_reserved_fraction": self.reserved_fraction,
+                "memory_pressure_peak": round(self.peak_pressure, 4),
                 "utilization_mean_pct": round(self.util_sum / self.samples, 1),
                 "watermark": self.level}
 
@@ -124,5 +137,6 @@ def nvml_sampler() -> Sampler | None:
     return sample
 
 
-def make_monitor(watermarks: Watermarks = Watermarks()) -> GpuMonitor:
-    return GpuMonitor(nvml_sampler(), watermarks)
+def make_monitor(watermarks: Watermarks = Watermarks(), reserved_fraction: float = 0.0
+                 ) -> GpuMonitor:
+    return GpuMonitor(nvml_sampler(), watermarks, reserved_fraction=reserved_fraction)

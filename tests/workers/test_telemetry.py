@@ -23,6 +23,19 @@ def test_monitor_summarises_the_worst_gpu() -> None:
     assert s["memory_total_bytes"] == 200
 
 
+@pytest.mark.parametrize("used, level", [(0.924, "ok"), (0.99, "warn"), (0.9945, "flag"),
+                                         (0.997, "abort")])
+def test_watermarks_read_the_memory_the_engine_did_not_reserve(used: float, level: str) -> None:
+    # vLLM takes gpu_memory_utilization (0.92) of the card up front; on an H200 the card then
+    # read 0.924 used. Only what goes beyond that into the remaining 8% is pressure.
+    monitor = GpuMonitor(lambda: [(int(used * 10_000), 10_000, 0.0)], reserved_fraction=0.92)
+    monitor.sample_once()
+    assert monitor.level == level
+    s = monitor.summary()
+    assert s["memory_used_peak_fraction"] == pytest.approx(used)
+    assert s["memory_pressure_peak"] == pytest.approx((used - 0.92) / 0.08, abs=1e-4)
+
+
 def test_null_monitor_without_nvml() -> None:
     if nvml_sampler() is not None:
         pytest.skip("this machine has NVML")

@@ -55,4 +55,6 @@ def test_real_trial_on_a_gpu(tmp_path: Path) -> None:
     assert summary.completed == 64 and summary.error_rate == 0
     assert telemetry["available"] and telemetry["samples"] > 0
     assert 0 < telemetry["memory_used_peak_fraction"] < 0.95
+    # The engine's own reservation (half the card) is not pressure.
+    assert telemetry["memory_reserved_fraction"] == 0.5 and telemetry["watermark"] == "ok"
     assert vllm_processes() == []

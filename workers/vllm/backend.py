@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from autotune.backends import EngineBackend
+from autotune.baselines import effective_values
 from autotune.deployment import DeploymentSpec
 from autotune.engine_config import EngineConfig
 from autotune.errors import ConfigError, ReplayError
@@ -100,7 +101,9 @@ class VllmBackend(EngineBackend):
         self._engine = EngineProcess(cmd, port=port, log_path=log_path, env=env)
         self._config = config
         self._replays = 0
-        self._monitor = make_monitor(self.watermarks)
+        reserved = (0.0 if deployment.gpu_info.device == "cpu"
+                    else float(effective_values(config, deployment)["gpu_memory_utilization"]))
+        self._monitor = make_monitor(self.watermarks, reserved_fraction=reserved)
         self._monitor.start()
         log.info("%s: starting %s", label, " ".join(cmd))
         seconds = self._engine.start(self.startup_timeout_s)
@@ -162,8 +165,10 @@ class VllmBackend(EngineBackend):
             raise ReplayError(f"the engine died during the replay at x{rate_scale:.3g} "
                               f"(log: {self._engine.log_path})")
         if self._monitor is not None and self._monitor.level == "abort":
-            raise ReplayError(f"GPU memory above the abort watermark "
-                              f"({self._monitor.peak_used_fraction:.0%} used)", "memory_pressure")
+            m = self._monitor
+            raise ReplayError(f"GPU memory above the abort watermark: {m.peak_pressure:.0%} of the "
+                              f"memory the engine did not reserve ({m.reserved_fraction:.0%}) in "
+                              f"use, {m.peak_used_fraction:.0%} in all", "memory_pressure")
         stats: dict[str, Any] = engine_stats(before, after, kv.peak)
         return ReplayResult(**{**result.__dict__, "engine_stats": stats})
 
