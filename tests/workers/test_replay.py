@@ -8,6 +8,7 @@ a real vLLM engine is in the integration tests.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import threading
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ import pytest
 from aiohttp import web
 
 from autotune.metrics import summarize
-from workers.replay import ReplayPlan, run_replay
+from workers.replay import ReplayPlan, _no_gc_pauses, run_replay
 
 GAP_S = 0.02
 
@@ -174,3 +175,25 @@ def test_text_prompts_go_to_the_chat_endpoint(server_url: str) -> None:
     # The role-only opening chunk is no token; an empty-text token still is.
     assert result.ttft_s[0] == pytest.approx(GAP_S, abs=0.015)
     assert len(result.itl_s) == 2 * 4
+
+
+def test_no_collection_pauses_while_a_replay_sends() -> None:
+    started: list[int] = []
+
+    def record(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started.append(info["generation"])
+
+    was_enabled = gc.isenabled()
+    gc.enable()
+    gc.callbacks.append(record)
+    try:
+        with _no_gc_pauses():
+            junk = [[i] for i in range(200_000)]  # enough containers for several collections
+            del junk
+            assert started == [] and not gc.isenabled()
+        assert started == [2] and gc.isenabled()  # one full collection, after the replay
+    finally:
+        gc.callbacks.remove(record)
+        if not was_enabled:
+            gc.disable()

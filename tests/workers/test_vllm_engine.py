@@ -15,6 +15,7 @@ from autotune.tiny_model import make_tiny_model
 from autotune.traffic.trace import Trace, load_trace
 from tests.conftest import engine_python, shared_trace, vllm_processes
 from workers.vllm.backend import VllmBackend
+from workers.vllm.metrics import KV_USAGE, kv_usage, scrape
 from workers.vllm.process import port_is_free
 
 pytestmark = pytest.mark.integration
@@ -51,6 +52,8 @@ def test_serves_and_replays_an_azure_slice(model_dir: Path, tmp_path: Path) -> N
         b.start(BASE.merged(max_num_seqs=16), CPU, label="replay")
         port = b._engine.port  # type: ignore[union-attr]
         b.warmup(trace, 0)
+        # The sampler's one-gauge read agrees with the whole scrape (the engine is idle here).
+        assert kv_usage(b.base_url) == scrape(b.base_url)[KV_USAGE]
         summary = summarize(b.replay(trace, 4.0, 0))
         chat_summary = summarize(b.replay(chat, 1.0, 0))  # the same engine, text on chat
     finally:
@@ -64,6 +67,7 @@ def test_serves_and_replays_an_azure_slice(model_dir: Path, tmp_path: Path) -> N
     assert 0 < summary.ttft_p50_ms < summary.e2e_p99_ms
     assert summary.send_lag_p99_ms is not None and summary.send_lag_p99_ms < 50
     assert "prefix_cache_hit_rate" in summary.engine_stats
+    assert "kv_cache_usage_peak" in summary.engine_stats  # sampled during the replay
     assert "Application startup complete" in (tmp_path / "replay.log").read_text()
 
 
