@@ -6,6 +6,8 @@
 #   1. the tests marked `gpu`: NVML telemetry and one real vLLM trial on CUDA;
 #   2. a short real campaign through the normal `autotune tune --backend vllm` command (vLLM's
 #      defaults, the heuristic config and TPE proposals on the tiny model), then its report.
+# On an H200 (2026-12) the tests took 3 minutes and each trial about 70 s, most of it the
+# engine's start; give the whole script 8 minutes for the default 3 trials.
 # Env: AUTOTUNE_GPU_TRIALS (3), AUTOTUNE_GPU_TRACE (the Azure code trace under
 # AUTOTUNE_TRACES_DIR), AUTOTUNE_GPU_OUT (where logs, the database and the report go; runs/gpu).
 set -euo pipefail
@@ -47,8 +49,9 @@ at traffic shape "$trace" --out "$out/trace.parquet" --start 180 --end 300 --rat
 rm -f "$out/autotune.db"; at db upgrade
 # Eager engines (the extra argument wins over the config's) keep each start short; the test
 # above starts its engine with vLLM's default compilation and CUDA graphs.
-AUTOTUNE_ENGINE__PYTHON="${AUTOTUNE_ENGINE__PYTHON:-python3}" at tune --backend vllm --deployment gpu-tiny --campaign gpu-check \
-  --model tiny-llama --gpu "$gpu" --gpus 1 --max-model-len 2048 --model-path "$out/tiny" \
+AUTOTUNE_ENGINE__PYTHON="${AUTOTUNE_ENGINE__PYTHON:-python3}" at tune --backend vllm \
+  --deployment gpu-tiny --campaign gpu-check --model tiny-llama --gpu "$gpu" --gpus 1 \
+  --max-model-len 2048 --model-path "$out/tiny" \
   --engine-arg=--load-format=dummy --engine-arg=--enforce-eager --trace "$out/trace.parquet" \
   --slo "ttft_p99<=500ms,tpot_p99<=50ms" --trials "${AUTOTUNE_GPU_TRIALS:-3}" --max-scale 64 \
   --confirm-top 0 2>&1 | tee "$out/tune.log" || failed=1
