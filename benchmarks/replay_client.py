@@ -31,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -87,17 +87,15 @@ def vllm_sized_metrics() -> str:
 
 
 @contextlib.contextmanager
-def before_arm(text: str) -> Iterator[None]:
-    """The client as it was: collector on during the replay, whole-text parse once a second."""
+def sampling(read: Callable[[], object]) -> Iterator[None]:
+    """`read` once a second in a thread beside the replays, as the KV-cache sampler runs."""
     stop = threading.Event()
 
     def sample() -> None:
         while not stop.is_set():
-            list(text_string_to_metric_families(text))
+            read()
             stop.wait(1.0)
 
-    shipped = replay._no_gc_pauses
-    replay._no_gc_pauses = contextlib.nullcontext  # type: ignore[assignment]
     thread = threading.Thread(target=sample, daemon=True)
     thread.start()
     try:
@@ -105,26 +103,23 @@ def before_arm(text: str) -> Iterator[None]:
     finally:
         stop.set()
         thread.join()
-        replay._no_gc_pauses = shipped  # type: ignore[assignment]
 
 
 @contextlib.contextmanager
-def shipped_arm(text: str) -> Iterator[None]:
-    """The client as shipped, with the sampler's one-gauge read beside it."""
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.is_set():
-            assert kv_usage_in(text) == 0.5
-            stop.wait(1.0)
-
-    thread = threading.Thread(target=sample, daemon=True)
-    thread.start()
+def before_arm(text: str) -> Iterator[None]:
+    """The client as it was: collector on during the replay, whole-text parse once a second."""
+    shipped = replay._no_gc_pauses
+    replay._no_gc_pauses = contextlib.nullcontext  # type: ignore[assignment]
     try:
-        yield
+        with sampling(lambda: list(text_string_to_metric_families(text))):
+            yield
     finally:
-        stop.set()
-        thread.join()
+        replay._no_gc_pauses = shipped  # type: ignore[assignment]
+
+
+def shipped_arm(text: str) -> contextlib.AbstractContextManager[None]:
+    """The client as shipped, with the sampler's one-gauge read beside it."""
+    return sampling(lambda: kv_usage_in(text))
 
 
 def run_arm(arm: str, url: str, replays: int, rate_scale: float) -> list[float]:
