@@ -39,6 +39,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.parser import text_string_to_metric_families
 
 import workers.replay as replay
+from autotune.traffic.prompts import prompt_token_ids
+from autotune.traffic.shape import ShapeSpec, shape
 from autotune.traffic.trace import load_trace
 from workers.vllm.metrics import KV_USAGE, kv_usage_in
 
@@ -127,15 +129,14 @@ def run_arm(arm: str, url: str, replays: int, rate_scale: float) -> list[float]:
     The process first imports what the tuner does, since a collection walks the whole heap."""
     import autotune.cli.main  # noqa: F401  (the tuner's heap: Optuna, SQLAlchemy, pandas)
 
-    trace = load_trace(AZURE_CODE)
-    # Minutes 3-5 of the trace, 8x faster, as scripts/gpu_check.sh replays on a GPU.
-    t = np.asarray(trace.arrival_s, dtype=float)
-    keep = np.flatnonzero((t - t[0] >= 180) & (t - t[0] < 300))
-    sched = (t[keep] - t[keep[0]]) / 8 / rate_scale
-    rng = np.random.default_rng(0)
-    prompts = [rng.integers(0, 2000, min(int(trace.prompt_tokens[i]), 2000)).tolist() for i in keep]
-    plan = replay.ReplayPlan(base_url=url, model="m", scheduled_s=sched, prompts=prompts,
-                             output_tokens=np.minimum(np.asarray(trace.output_tokens)[keep], 200),
+    # Minutes 3-5 of the trace, 8x faster, shaped as scripts/gpu_check.sh shapes it for a GPU.
+    trace = shape(load_trace(AZURE_CODE), ShapeSpec(start_s=180, end_s=300,
+                                                     rate_scale=8 * rate_scale, max_model_len=2048))
+    prompts: list[list[int] | str] = [prompt_token_ids(trace, i, vocab_size=2048)
+                                      for i in range(len(trace))]
+    sched = np.asarray(trace.arrival_s, dtype=float)
+    plan = replay.ReplayPlan(base_url=url, model="m", scheduled_s=sched - sched[0],
+                             prompts=prompts, output_tokens=np.asarray(trace.output_tokens),
                              processes=1)
     text = vllm_sized_metrics()
     replay.run_replay(plan)  # warm-up: connections, first-use costs
