@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from workers.sim.fidelity import (
     interleaved,
     load_measurements,
     measure_passes,
+    pooled_ttft_p99_ms,
     save_measurements,
 )
 
@@ -31,7 +33,8 @@ def _measured() -> list[Measurement]:
                         observed={"output_tok_s": 100.0 * seqs, "ttft_p99_ms": 50.0 * scale},
                         source=f"config {seqs} x{scale:g} load 1.20",
                         step_times=(StepTime(batch=1, kv_tokens=400.0, step_ms=2.1 * scale,
-                                                  gaps=30),) if seed == 3 else ())
+                                                  gaps=30),) if seed == 3 else (),
+                        ttft_each_ms=(12.5, 40.25) if seed == 3 else ())
             for seed, (seqs, scale) in enumerate([(4, 1.5), (4, 4.0), (32, 1.5)], start=3)]
 
 
@@ -41,10 +44,39 @@ def test_saved_measurements_read_back_the_same(tmp_path: Path) -> None:
     save_measurements(measured, path)
     assert not list(tmp_path.glob("*.tmp"))  # written whole, then moved into place
     back = load_measurements(path, fidelity_trace(24))
-    assert [(m.config, m.rate_scale, m.seed, m.observed, m.source, m.step_times)
-            for m in back] == [(m.config, m.rate_scale, m.seed, m.observed, m.source,
-                                m.step_times) for m in measured]
-    assert back[0].step_times  # the step timings came back too
+    assert [(m.config, m.rate_scale, m.seed, m.observed, m.source, m.step_times,
+             m.ttft_each_ms) for m in back] == [
+        (m.config, m.rate_scale, m.seed, m.observed, m.source, m.step_times, m.ttft_each_ms)
+        for m in measured]
+    assert back[0].step_times and back[0].ttft_each_ms  # the step timings came back too
+
+
+def test_files_saved_before_ttfts_were_kept_still_read(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    save_measurements(_measured(), path)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "ttft_each_ms"})
+                            + "\n" for r in rows))
+    back = load_measurements(path, fidelity_trace(24))
+    assert [m.ttft_each_ms for m in back] == [(), (), ()]
+    assert pooled_ttft_p99_ms(back[:1]) is None  # judged by the mean of P99s, as before
+
+
+def test_p99_ttft_is_taken_over_the_repeats_requests_together() -> None:
+    """Pooled, not averaged: 99 fast requests and one slow one in one replay, 100 fast in the
+    other. Alone the slow one pulls the first replay's P99 up; in the pool of 200 it is the
+    worst request, above the P99."""
+    one, = [m for m in _measured() if m.seed == 3]
+    slow = replace(one, ttft_each_ms=(10.0,) * 99 + (500.0,))
+    fast = replace(one, ttft_each_ms=(10.0,) * 100)
+    pooled = pooled_ttft_p99_ms([slow, fast])
+    assert pooled is not None
+    # numpy's linear P99 of 199 tens and one 500: rank 0.99 * 199 = 197.01, both tens.
+    assert pooled == pytest.approx(10.0)
+    alone = pooled_ttft_p99_ms([slow])  # rank 98.01: 10 + 0.01 * 490
+    assert alone == pytest.approx(14.9)
+    assert pooled_ttft_p99_ms([slow, replace(one, ttft_each_ms=())]) is None
+    assert pooled_ttft_p99_ms([]) is None
 
 
 def test_passes_repeat_every_config_on_fresh_engines_at_the_first_passs_rates(
