@@ -197,10 +197,6 @@ def _group_alive(pgid: int) -> bool:
     except PermissionError:
         return True
     # Zombies of our own child count as gone.
-    return _group_has_live_members(pgid)
-
-
-def _group_has_live_members(pgid: int) -> bool:
     return bool(group_pids(pgid))
 
 
