@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The GPU checks, as one short script for a lent GPU machine (see the device notes in
-# ../shared/ARCHITECTURE.md). Needs python3 with a CUDA build of vLLM and autotune's runtime
-# packages importable (PYTHONPATH may point at a carried site directory); it installs autotune
+# The GPU checks, as one short script for a lent GPU machine. Needs python3 with a CUDA build
+# of vLLM and autotune's runtime packages importable (PYTHONPATH may point at a carried site
+# directory: scripts/gpu_bundle.sh builds one for an image without vLLM); it installs autotune
 # itself (editable, for its plug-in entry points) and nothing from the network. Then:
 #   1. the tests marked `gpu`: NVML telemetry and one real vLLM trial on CUDA;
 #   2. a short real campaign through the normal `autotune tune --backend vllm` command (vLLM's
@@ -10,6 +10,8 @@
 # engine's start; give the whole script 8 minutes for the default 3 trials.
 # Env: AUTOTUNE_GPU_TRIALS (3), AUTOTUNE_GPU_TRACE (the Azure code trace under
 # AUTOTUNE_TRACES_DIR), AUTOTUNE_GPU_OUT (where logs, the database and the report go; runs/gpu).
+# The database is SQLite in WAL mode: a campaign stopped by a time limit has its trials in
+# autotune.db-wal, so copy that file beside autotune.db (one session lost a campaign so).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
