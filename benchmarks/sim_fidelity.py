@@ -28,7 +28,8 @@ Needs the vLLM CPU build: AUTOTUNE_ENGINE_PYTHON=.venv-engine/bin/python (see `m
 engine-venv`). One engine per config and pass; each replays the trace 1 + 2 times (the first
 pass's first replay measures capacity). On a 2-core AVX2-only host, `--requests 96 --repeats 2`
 (then on one engine per config) took 70 minutes (the tiny model serves about 130 output tok/s
-there); on an AVX-512 one (about 1,300 tok/s) the defaults took 48 minutes, in two passes 47-58.
+there); on an AVX-512 one (about 1,300 tok/s) two passes took 44-58 minutes, and the three of
+the defaults 94.
 
 The calibration also fits the decode step times the fitted configs' replays show (autotune.
 step_timings), and the prefill steps they show; the table's `decode err` and `prefill err`
