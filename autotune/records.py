@@ -180,8 +180,8 @@ class Measurement:
     observed: dict[str, float]  # output_tok_s, ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, ...
     source: str = ""  # e.g. "campaign 3 trial 7"
     step_times: tuple[StepTime, ...] = ()  # the replay's step times, if measured
-    # Each completed request's TTFT, ms, where kept (the fidelity benchmark pools repeats' to
-    # judge a P99 over more requests than one replay has).
+    # Each completed request's TTFT, ms, where kept: the fidelity benchmark takes P99 TTFT over
+    # several replays' requests together, more than one replay has.
     ttft_each_ms: tuple[float, ...] = ()
 
 

@@ -268,7 +268,8 @@ def main() -> None:
         # P99 TTFT over the repeats' requests pooled, where they were kept; else (older
         # files) the mean of the repeats' own P99s.
         pooled = pooled_ttft_p99_ms(group)
-        real_tok, real_ttft = float(np.mean(tok)), pooled or float(np.mean(ttft))
+        real_tok = float(np.mean(tok))
+        real_ttft = pooled if pooled is not None else float(np.mean(ttft))
         te = abs(pred.output_tok_s / real_tok - 1)
         le = abs(pred.ttft_p99_ms / real_ttft - 1)
         ttft_errs_mean_of_passes.append(abs(pred.ttft_p99_ms / float(np.mean(ttft)) - 1))

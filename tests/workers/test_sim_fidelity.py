@@ -48,7 +48,7 @@ def test_saved_measurements_read_back_the_same(tmp_path: Path) -> None:
              m.ttft_each_ms) for m in back] == [
         (m.config, m.rate_scale, m.seed, m.observed, m.source, m.step_times, m.ttft_each_ms)
         for m in measured]
-    assert back[0].step_times and back[0].ttft_each_ms  # the step timings came back too
+    assert back[0].step_times and back[0].ttft_each_ms  # the step timings and TTFTs too
 
 
 def test_files_saved_before_ttfts_were_kept_still_read(tmp_path: Path) -> None:
