@@ -68,7 +68,8 @@ skip = {"ray"}  # 70 MB, and only `--executor ray` imports it: the checks run tr
 # GB, more than a lease's transfers allow.
 skip |= {"flashinfer-python", "flashinfer-cubin", "tilelang", "nvidia-cutlass-dsl",
          "quack-kernels", "tokenspeed-mla", "cuda-tile", "fastsafetensors",
-         "nvidia-cudnn-frontend", "tokenspeed-triton", "z3-solver"}  # the last two: theirs
+         "nvidia-cudnn-frontend",
+         "tokenspeed-triton", "z3-solver"}  # what tokenspeed-mla and tilelang pull in
 # vLLM 0.21 asks for xgrammar 0.2.3 (43 MB); 0.2.9 (1 MB, with the apache-tvm-ffi it needs
 # in place of the pinned 0.1.9) served a dense model on an H200 (2026-12), installed without
 # dependency checks as everything here is.
@@ -84,7 +85,7 @@ echo "gpu_bundle: $(wc -l < "$work/wanted.txt") packages the image lacks" >&2
 
 # 3. vLLM without the kernels a bf16 dense model on Hopper does not load: FlashAttention 2 (FA3
 # serves sm90), the fused-MoE ops (imported under suppress(ImportError)) and FlashMLA. That
-# takes its 237 MiB wheel to about 125; RECORD is rewritten to match.
+# takes its 237 MiB wheel to 127; RECORD is rewritten to match.
 python3 - "$wheels"/vllm-*.whl <<'EOF'
 import re, sys, zipfile
 from pathlib import Path
