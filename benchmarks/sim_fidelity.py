@@ -22,7 +22,8 @@ Each replay's send-lag P99 is printed beside it: a replay whose client sent late
 rather than the engine (the tuner rejects such a replay as client-bound). On the first 2-core VM
 every replay was, by 170-870 ms; on later ones the send-lag P99 was 2-9 ms, often still above the
 tuner's limit. The JSON line counts them (`client_bound_replays`) and gives the TTFT error on the
-rest.
+rest. Likewise the share of CPU time the hypervisor gave other guests during each replay (`steal
+%`; `host_bound_rows`, `ttft_p99_err_max_not_host_bound`).
 
 Needs the vLLM CPU build: AUTOTUNE_ENGINE_PYTHON=.venv-engine/bin/python (see `make
 engine-venv`). One engine per config and pass; each replays the trace 1 + 2 times (the first
@@ -62,6 +63,7 @@ from autotune.errors import ConfigError
 from autotune.records import CapacitySearch, Measurement
 from workers.sim.calibrate import STEP_METRICS, calibrate, predict, step_pairs_ms
 from workers.sim.fidelity import (
+    HOST_STEAL,
     fidelity_trace,
     grouped,
     interleaved,
@@ -107,6 +109,10 @@ REPEATS = 3
 FIT_EVALS = 500
 # Above this send-lag P99 a replay timed the box, not the engine: the tuner would not use it.
 CLIENT_BOUND_MS = CapacitySearch().max_send_lag_p99_ms
+# Above this share of CPU time stolen by other guests during a replay, it timed the neighbours,
+# not the engine (set before a fidelity run measured it: a 2-core VM idled at 1-3%, and a 3-s
+# stall in a 30-s replay would be 10%).
+HOST_BOUND_STEAL_PCT = 5.0
 
 
 class Row(NamedTuple):
@@ -126,6 +132,7 @@ class Row(NamedTuple):
     step_err: float  # decode step times by batch size, model against engine: mean |rel|; nan: none
     prefill_err: float  # prefill step times by prompt-length bin, the same way
     one_seq_ms_each: tuple[float, ...]  # each repeat's engine: its one-sequence decode step (nan: none)
+    steal_pct_each: tuple[float, ...]  # each repeat's host steal, % (nan: saved before it was kept)
 
 
 def _spread(values: list[float]) -> float:
@@ -254,7 +261,7 @@ def main() -> None:
                         f"({evals} simulations), judged on {len(CONFIGS) - args.fit}")
     for col in ("config", "rate x", "tok/s real", "spread", "tok/s sim", "err",
                 "TTFT p99 real ms", "spread", "sim ms", "err", "decode err", "prefill err",
-                "send lag p99 ms", "1-seq step ms", "load"):
+                "send lag p99 ms", "1-seq step ms", "steal %", "load"):
         table.add_column(col, justify="right")
     rows: list[Row] = []
     ttft_errs_mean_of_passes: list[float] = []
@@ -281,7 +288,8 @@ def main() -> None:
                         abs(pred.output_tok_s / tok[0] - 1), abs(pred.ttft_p99_ms / ttft[0] - 1),
                         _spread(tok), _spread(ttft), tuple(tok),
                         step_errs["decode_step_ms"], step_errs["prefill_step_ms"],
-                        tuple(_one_seq_step_ms(r) for r in group)))
+                        tuple(_one_seq_step_ms(r) for r in group),
+                        tuple(r.observed.get(HOST_STEAL, float("nan")) for r in group)))
         label = {k: v for k, v in m.config.explicit().items() if k != "max_model_len"}
         table.add_row(json.dumps(label, separators=(",", ":")),
                       f"{m.rate_scale:g}", f"{real_tok:.0f}", _pct(rows[-1].tput_spread),
@@ -289,6 +297,7 @@ def main() -> None:
                       _pct(rows[-1].ttft_spread), f"{pred.ttft_p99_ms:.0f}", f"{le:.0%}",
                       _pct(rows[-1].step_err), _pct(rows[-1].prefill_err), f"{lag:.0f}",
                       " ".join("-" if x != x else f"{x:.1f}" for x in rows[-1].one_seq_ms_each),
+                      " ".join("-" if x != x else f"{x:.0f}" for x in rows[-1].steal_pct_each),
                       " ".join(r.source.rpartition(" ")[2] for r in group))
     console = Console(width=160)
     console.print(table)
@@ -299,6 +308,11 @@ def main() -> None:
     tput_err, ttft_err = [r.tput_err for r in rows], [r.ttft_err for r in rows]
     top = [r for r in rows if r.scale == burst]
     clean = [r for r in rows if r.send_lag_ms <= CLIENT_BOUND_MS]
+    # Rows none of whose repeats had CPU stolen past the bound (a repeat saved before steal was
+    # kept counts as quiet).
+    quiet_host = [r for r in rows
+                  if not any(x > HOST_BOUND_STEAL_PCT for x in r.steal_pct_each)]
+    steal_known = _known(x for r in rows for x in r.steal_pct_each)
     print(json.dumps({"throughput_err_max": round(max(tput_err), 4),
                       "ttft_p99_err_max": round(max(ttft_err), 4),
                       "throughput_err_mean": round(float(np.mean(tput_err)), 4),
@@ -358,6 +372,14 @@ def main() -> None:
                       "one_seq_step_ms_range": (
                           None if not (known := _known(x for r in rows for x in r.one_seq_ms_each))
                           else [round(min(known), 2), round(max(known), 2)]),
+                      # Held-out rows in which another guest took more than
+                      # HOST_BOUND_STEAL_PCT of the CPUs during a repeat, and the TTFT error on
+                      # the others (None: no steal was kept).
+                      "host_steal_pct_max": max(steal_known) if steal_known else None,
+                      "host_bound_rows": (len(rows) - len(quiet_host)) if steal_known else None,
+                      "ttft_p99_err_max_not_host_bound": (
+                          round(max(r.ttft_err for r in quiet_host), 4)
+                          if steal_known and quiet_host else None),
                       "send_lag_p99_ms_max": max((round(r.send_lag_ms, 1) for r in rows
                                                   if r.send_lag_ms == r.send_lag_ms),
                                                  default=None)}))

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import engine_python, vllm_processes
 from workers.sim.calibrate import calibrate, loss_of
-from workers.sim.fidelity import fidelity_trace, measure_real, pooled_ttft_p99_ms
+from workers.sim.fidelity import HOST_STEAL, fidelity_trace, measure_real, pooled_ttft_p99_ms
 from workers.sim.profile import find_profile
 
 pytestmark = pytest.mark.integration
@@ -24,6 +24,8 @@ def test_a_fit_to_real_engines_finds_them_from_a_wrong_profile(tmp_path: Path) -
     for m in measured:
         assert len(m.ttft_each_ms) == 24
         assert pooled_ttft_p99_ms([m]) == pytest.approx(m.observed["ttft_p99_ms"], abs=0.01)
+        # The host's steal while it ran: a share of the CPUs' time.
+        assert 0 <= m.observed[HOST_STEAL] <= 100
     # The engine's decode steps, read off its token streams: batches it can run, steps of a
     # few milliseconds (the tiny model on 2 cores), more context for a larger batch.
     steps = {(m.config.max_num_seqs, s.batch): s for m in measured for s in m.step_times

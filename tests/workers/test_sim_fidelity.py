@@ -16,6 +16,7 @@ from autotune.traffic.trace import Trace
 from workers.sim.fidelity import (
     CPU,
     capacity_share,
+    cpu_ticks,
     fidelity_trace,
     grouped,
     interleaved,
@@ -23,6 +24,7 @@ from workers.sim.fidelity import (
     measure_passes,
     pooled_ttft_p99_ms,
     save_measurements,
+    steal_pct,
 )
 
 
@@ -172,3 +174,23 @@ def test_engine_steps_times_a_step_by_the_gaps_of_a_token_stream() -> None:
     assert gap_spanning(stream, 2.2, 2.4) == 0.5
     with pytest.raises(ValueError, match="no tokens around"):
         gap_spanning(stream, 20.0, 21.0)
+
+
+def test_host_steal_is_the_stolen_share_of_all_cpu_time_between_two_readings(
+        tmp_path: Path) -> None:
+    stat = tmp_path / "stat"
+    # cpu user nice system idle iowait irq softirq steal guest guest_nice (guest is in user)
+    stat.write_text("cpu  100 0 50 800 10 0 5 35 7 0\ncpu0 50 0 25 400 5 0 2 18 3 0\n")
+    before = cpu_ticks(stat)
+    assert before == (35, 1000)
+    stat.write_text("cpu  300 0 100 1400 10 0 5 185 7 0\n")
+    after = cpu_ticks(stat)
+    assert steal_pct(before, after) == 15.0  # 150 of 1,000 ticks
+    assert steal_pct(before, before) is None  # no time passed
+    assert steal_pct(None, after) is None
+    assert cpu_ticks(tmp_path / "absent") is None
+    stat.write_text("not a stat file\n")
+    assert cpu_ticks(stat) is None
+    # The machine's own reading is a pair of counters.
+    here = cpu_ticks()
+    assert here is None or 0 <= here[0] <= here[1]

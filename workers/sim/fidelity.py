@@ -37,6 +37,12 @@ SCALES = (1.5, 4.0)
 # The send lag is not predicted: it says whether the replay measured the engine or the box
 # (see autotune.capacity: a real trial above CapacitySearch.max_send_lag_p99_ms is client-bound).
 OBSERVED = ("output_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "send_lag_p99_ms")
+# Nor is the host's steal: the share of the CPUs' time the hypervisor gave to other guests while
+# the replay ran (/proc/stat). A stolen CPU stalls engine and client alike; on a 2-core VM it
+# was 1-3% idle and under load, and 20-33% while engines started. It does not see everything a
+# neighbour takes: in run 16 the second and third passes ran 1.23x and 1.43x the first's burst
+# throughput (medians over 13 configs) with 0.1% stolen in both.
+HOST_STEAL = "host_steal_pct"
 
 
 def fidelity_trace(requests: int = 40, seed: int = 7) -> Trace:
@@ -87,12 +93,15 @@ def measure_real(configs: Sequence[dict[str, object]], trace: Trace, engine_pyth
                 rates.insert(0, capacity_share(trace, probe.output_tok_s, load))
             runs = [scale for scale in rates for _ in range(repeats)]
             for seed, scale in enumerate(runs, start=3):
+                ticks = cpu_ticks()
                 result = backend.replay(trace, scale, seed)
+                steal = steal_pct(ticks, cpu_ticks())
                 s = summarize(result)
+                observed = {k: getattr(s, k) for k in OBSERVED if getattr(s, k) is not None}
                 found.append(Measurement(config=config, deployment=CPU, trace=trace,
                                          rate_scale=scale, seed=seed,
-                                         observed={k: getattr(s, k) for k in OBSERVED
-                                                   if getattr(s, k) is not None},
+                                         observed=observed | ({} if steal is None
+                                                              else {HOST_STEAL: steal}),
                                          source=f"config {i} x{scale:g} load {_load_1min()}",
                                          step_times=s.step_times,
                                          ttft_each_ms=ttfts_ms(result)))
@@ -162,6 +171,25 @@ def grouped(measured: Sequence[Measurement]) -> list[list[Measurement]]:
         key = (json.dumps(m.config.explicit(), sort_keys=True), m.rate_scale)
         groups.setdefault(key, []).append(m)
     return list(groups.values())
+
+
+def cpu_ticks(stat: Path = Path("/proc/stat")) -> tuple[int, int] | None:
+    """(stolen, all) CPU time since boot, in ticks over all CPUs; None where there is no
+    /proc/stat to read (not Linux)."""
+    try:
+        fields = stat.read_text().split("\n", 1)[0].split()
+        # cpu user nice system idle iowait irq softirq steal [guest guest_nice: inside user]
+        ticks = [int(x) for x in fields[1:9]]
+        return ticks[7], sum(ticks)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def steal_pct(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """The share of CPU time stolen between two cpu_ticks() readings, percent (to 0.1)."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return round(100.0 * (after[0] - before[0]) / (after[1] - before[1]), 1)
 
 
 def _load_1min() -> str:
