@@ -98,10 +98,10 @@ def measure_real(configs: Sequence[dict[str, object]], trace: Trace, engine_pyth
                 steal = steal_pct(ticks, cpu_ticks())
                 s = summarize(result)
                 observed = {k: getattr(s, k) for k in OBSERVED if getattr(s, k) is not None}
+                if steal is not None:
+                    observed[HOST_STEAL] = steal
                 found.append(Measurement(config=config, deployment=CPU, trace=trace,
-                                         rate_scale=scale, seed=seed,
-                                         observed=observed | ({} if steal is None
-                                                              else {HOST_STEAL: steal}),
+                                         rate_scale=scale, seed=seed, observed=observed,
                                          source=f"config {i} x{scale:g} load {_load_1min()}",
                                          step_times=s.step_times,
                                          ttft_each_ms=ttfts_ms(result)))
