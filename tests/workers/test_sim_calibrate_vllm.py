@@ -9,7 +9,14 @@ import pytest
 
 from tests.conftest import engine_python, vllm_processes
 from workers.sim.calibrate import calibrate, loss_of
-from workers.sim.fidelity import HOST_STEAL, fidelity_trace, measure_real, pooled_ttft_p99_ms
+from workers.sim.fidelity import (
+    HOST_PROBE,
+    HOST_PROBE_DRIFT,
+    HOST_STEAL,
+    fidelity_trace,
+    measure_real,
+    pooled_ttft_p99_ms,
+)
 from workers.sim.profile import find_profile
 
 pytestmark = pytest.mark.integration
@@ -26,6 +33,12 @@ def test_a_fit_to_real_engines_finds_them_from_a_wrong_profile(tmp_path: Path) -
         assert pooled_ttft_p99_ms([m]) == pytest.approx(m.observed["ttft_p99_ms"], abs=0.01)
         # The host's steal while it ran: a share of the CPUs' time.
         assert 0 <= m.observed[HOST_STEAL] <= 100
+    # The host-speed probe: one engine's replays share its lone-request TPOT, a one-sequence
+    # step of a few milliseconds, and the two probes around them agree within a factor of two.
+    for engine in (measured[:2], measured[2:]):
+        assert len({m.observed[HOST_PROBE] for m in engine}) == 1
+        assert 0.3 < engine[0].observed[HOST_PROBE] < 200
+        assert -0.5 < engine[0].observed[HOST_PROBE_DRIFT] < 1.0
     # The engine's decode steps, read off its token streams: batches it can run, steps of a
     # few milliseconds (the tiny model on 2 cores), more context for a larger batch.
     steps = {(m.config.max_num_seqs, s.batch): s for m in measured for s in m.step_times

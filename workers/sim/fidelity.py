@@ -43,6 +43,17 @@ OBSERVED = ("output_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "send_l
 # neighbour takes: in run 16 the second and third passes ran 1.23x and 1.43x the first's burst
 # throughput (medians over 13 configs) with 0.1% stolen in both.
 HOST_STEAL = "host_steal_pct"
+# What steal misses, a gauge of the engine's speed measured the same way for every config: its
+# median TPOT over lone requests (a 64-token prompt, 64 tokens out, nothing else running), once
+# before the engine's measured replays and once after, averaged. A one-sequence decode step is
+# the same work under every config this benchmark varies (block size aside: a 128-token context
+# is one to four blocks), so where it differs between engines the host ran at another speed.
+# Kept with the replay, as is the drift between the two probes (after / before - 1).
+HOST_PROBE, HOST_PROBE_DRIFT = "host_probe_tpot_ms", "host_probe_drift"
+# 64 tokens at 6.7 ms a step (the slowest one-sequence step run 16 saw) take 0.43 s: each
+# request has the engine to itself.
+PROBE_REQUESTS, PROBE_GAP_S, PROBE_TOKENS = 6, 0.6, 64
+PROBE_SEEDS = (1001, 1002)  # prompts no replay draws
 
 
 def fidelity_trace(requests: int = 40, seed: int = 7) -> Trace:
@@ -87,11 +98,12 @@ def measure_real(configs: Sequence[dict[str, object]], trace: Trace, engine_pyth
             backend.start(config, CPU, label=f"fidelity{i}")
             backend.warmup(trace, 0)  # prompts of seed 1 (see VllmBackend.warmup)
             # Discarded: the steady state is what is compared.
-            probe = summarize(backend.replay(trace, max(scales) if load else min(scales), 2))
+            discarded = summarize(backend.replay(trace, max(scales) if load else min(scales), 2))
             rates = list(scales)
             if load:
-                rates.insert(0, capacity_share(trace, probe.output_tok_s, load))
+                rates.insert(0, capacity_share(trace, discarded.output_tok_s, load))
             runs = [scale for scale in rates for _ in range(repeats)]
+            probe_before = host_probe_tpot_ms(backend, PROBE_SEEDS[0])
             for seed, scale in enumerate(runs, start=3):
                 ticks = cpu_ticks()
                 result = backend.replay(trace, scale, seed)
@@ -105,6 +117,9 @@ def measure_real(configs: Sequence[dict[str, object]], trace: Trace, engine_pyth
                                          source=f"config {i} x{scale:g} load {_load_1min()}",
                                          step_times=s.step_times,
                                          ttft_each_ms=ttfts_ms(result)))
+            probed = _probed(probe_before, host_probe_tpot_ms(backend, PROBE_SEEDS[1]))
+            found[-len(runs):] = [replace(m, observed={**m.observed, **probed})
+                                  for m in found[-len(runs):]]
         finally:
             backend.stop()
     return found
@@ -128,6 +143,26 @@ def measure_passes(configs: Sequence[dict[str, object]], trace: Trace, engine_py
             found[i] += [replace(m, source=m.source.replace("config 0 ", f"config {i} ", 1))
                          for m in again]
     return [m for runs in found for m in runs]
+
+
+def probe_trace() -> Trace:
+    """PROBE_REQUESTS lone requests, PROBE_GAP_S apart, each PROBE_TOKENS in and out."""
+    return Trace.from_rows("host-probe", [
+        {"arrival_s": i * PROBE_GAP_S, "prompt_tokens": PROBE_TOKENS,
+         "output_tokens": PROBE_TOKENS} for i in range(PROBE_REQUESTS)])
+
+
+def host_probe_tpot_ms(backend: VllmBackend, seed: int) -> float | None:
+    """The engine's median TPOT over probe_trace(), ms; None if it returned no tokens."""
+    return summarize(backend.replay(probe_trace(), 1.0, seed)).tpot_p50_ms
+
+
+def _probed(before: float | None, after: float | None) -> dict[str, float]:
+    """The probe's observations: the mean of the two and their drift (none where one failed)."""
+    if not before or not after:
+        return {}
+    return {HOST_PROBE: round((before + after) / 2, 3),
+            HOST_PROBE_DRIFT: round(after / before - 1, 4)}
 
 
 def cpu_engine(model: Path, engine_python: str, work: Path) -> VllmBackend:
