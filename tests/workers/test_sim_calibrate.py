@@ -221,3 +221,37 @@ def test_prefill_steps_of_split_or_cached_prompts_are_not_judged() -> None:
     assert usable_prefill_steps(replace(m, trace=shared), shape) == []
     no_cache = replace(shape, enable_prefix_caching=False)
     assert usable_prefill_steps(replace(m, trace=shared), no_cache) != []
+
+
+def test_a_host_twice_as_slow_takes_twice_as_long_for_every_step() -> None:
+    base = find_profile("cpu", "tiny-llama", "cpu", None).with_coefficients(
+        noise_cv=0.0, frontend_s=2e-3)
+    # All requests at once (arrival gaps a ten-thousandth of the trace's): nothing but the
+    # engine's speed sets the timings.
+    m = Measurement(config=EngineConfig(max_num_seqs=16), deployment=TINY, trace=_trace(),
+                    rate_scale=1e4, seed=0, observed={})
+    plain, slow = predict(m, base), predict(m, base.slowed(2.0))
+    assert plain is not None and slow is not None
+    assert slow.output_tok_s == pytest.approx(plain.output_tok_s / 2, rel=0.01)
+    for metric in ("tpot_p50_ms", "ttft_p50_ms", "ttft_p99_ms", "e2e_p99_ms"):
+        assert getattr(slow, metric) == pytest.approx(2 * getattr(plain, metric), rel=0.01)
+    assert base.slowed(1.0) is base
+
+
+def test_calibration_at_each_replays_host_speed_fits_the_host_at_speed_one() -> None:
+    """Replays on a host whose speed drifted (half of them 1.6x slower): told each one's
+    slowdown, the fit finds the profile that made them; not told, no profile explains both."""
+    base = find_profile("cpu", "tiny-llama", "cpu", None).with_coefficients(noise_cv=0.0)
+    truth = base.with_coefficients(cpu_step_s=base.coefficients.cpu_step_s * 2)
+    slowdowns = [1.0, 1.6, 1.6, 1.0]
+    measured = []
+    for m, f in zip(_measured_by(truth, TINY), slowdowns, strict=True):
+        summary = predict(m, truth.slowed(f))
+        assert summary is not None
+        measured.append(replace(m, observed={k: getattr(summary, k) for k in m.observed}))
+    told, _, after_told, _ = calibrate(measured, base, max_evals=250, slowdowns=slowdowns)
+    _, _, after_blind, _ = calibrate(measured, base, max_evals=250)
+    assert max(after_told.values()) < 0.05 < max(after_blind.values())
+    assert told.coefficients.cpu_step_s == pytest.approx(truth.coefficients.cpu_step_s, rel=0.15)
+    with pytest.raises(ConfigError, match="one positive slowdown per measurement"):
+        calibrate(measured, base, slowdowns=[1.0])

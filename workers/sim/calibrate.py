@@ -24,7 +24,7 @@ import numpy as np
 
 from autotune.errors import ConfigError, EngineStartError
 from autotune.metrics import summarize
-from autotune.records import LatencySummary, Measurement
+from autotune.records import LatencySummary, Measurement, ReplayResult
 from autotune.step_timings import StepTime
 from workers.sim.perf import EngineShape, PerfModel, StartFailure
 from workers.sim.profile import Profile
@@ -51,11 +51,20 @@ _ZERO_START = {"frontend_s": 1e-3}
 class _Case:
     measurement: Measurement
     shape: EngineShape
+    slowdown: float = 1.0  # how much slower the host ran this replay than the profile's
 
 
 def predict(measurement: Measurement, profile: Profile, *, shape: EngineShape | None = None,
             cpu_kvcache_space_gib: float = 1.0) -> LatencySummary | None:
     """The simulator's summary of one measured replay; None if it would not start."""
+    result = simulate(measurement, profile, shape=shape,
+                      cpu_kvcache_space_gib=cpu_kvcache_space_gib)
+    return None if result is None else summarize(result)
+
+
+def simulate(measurement: Measurement, profile: Profile, *, shape: EngineShape | None = None,
+             cpu_kvcache_space_gib: float = 1.0) -> ReplayResult | None:
+    """The simulator's replay of one measured replay; None if it would not start."""
     from workers.sim.backend import SimulatorBackend, engine_shape
 
     backend = SimulatorBackend(cpu_kvcache_space_gib=cpu_kvcache_space_gib)
@@ -64,22 +73,25 @@ def predict(measurement: Measurement, profile: Profile, *, shape: EngineShape | 
                             measurement.deployment, profile)
     except EngineStartError:
         return None
-    return summarize(backend.replay(measurement.trace, measurement.rate_scale, measurement.seed))
+    return backend.replay(measurement.trace, measurement.rate_scale, measurement.seed)
 
 
 def relative_errors(measurements: Sequence[Measurement], profile: Profile,
-                    metrics: Sequence[str] = tuple(TARGETS)) -> dict[str, float]:
-    """Mean |predicted / measured - 1| per metric (inf where the simulator would not start)."""
+                    metrics: Sequence[str] = tuple(TARGETS),
+                    slowdowns: Sequence[float] | None = None) -> dict[str, float]:
+    """Mean |predicted / measured - 1| per metric (inf where the simulator would not start);
+    each replay predicted on a host `slowdowns[i]` times slower than the profile's."""
     errs: dict[str, list[float]] = {k: [] for k in (*metrics, *STEP_METRICS)}
-    for m in measurements:
-        pred = predict(m, profile)
+    for m, slowdown in zip(measurements, slowdowns or [1.0] * len(measurements), strict=True):
+        profile_then = profile.slowed(slowdown)
+        pred = predict(m, profile_then)
         for k in metrics:
             obs = m.observed.get(k)
             if obs is None or not math.isfinite(obs) or obs <= 0:
                 continue
             value = getattr(pred, k) if pred is not None else float("nan")
             errs[k].append(abs(value / obs - 1) if math.isfinite(value) else float("inf"))
-        for metric, pairs in step_pairs_ms(m, profile).items():
+        for metric, pairs in step_pairs_ms(m, profile_then).items():
             errs[metric] += [abs(p / o - 1) for p, o in pairs]
     # A step metric no replay timed is left out; a target metric none measured is nan.
     return {k: float(np.mean(v)) if v else float("nan") for k, v in errs.items()
@@ -149,7 +161,8 @@ def _loss(cases: Sequence[_Case], profile: Profile) -> float:
     """Mean weighted squared log error of the predictions over the measured metrics."""
     total, count = 0.0, 0
     for case in cases:
-        pred = predict(case.measurement, profile, shape=case.shape)
+        profile_then = profile.slowed(case.slowdown)
+        pred = predict(case.measurement, profile_then, shape=case.shape)
         for metric, weight in TARGETS.items():
             obs = case.measurement.observed.get(metric)
             if obs is None or not math.isfinite(obs) or obs <= 0:
@@ -157,7 +170,7 @@ def _loss(cases: Sequence[_Case], profile: Profile) -> float:
             value = getattr(pred, metric) if pred is not None else float("nan")
             total += weight * _log_err(value, obs) ** 2
             count += 1
-        for pairs in step_pairs_ms(case.measurement, profile, case.shape).values():
+        for pairs in step_pairs_ms(case.measurement, profile_then, case.shape).values():
             # one term per replay and kind, the mean over its batch sizes or bins
             total += STEP_WEIGHT * sum(_log_err(p, o) ** 2 for p, o in pairs) / len(pairs)
             count += 1
@@ -170,9 +183,13 @@ def _log_err(value: float, observed: float) -> float:
 
 def calibrate(measurements: Sequence[Measurement], base: Profile, *,
               coefficients: Sequence[str] = FIT_COEFFICIENTS, max_evals: int = 300,
-              source: str = "") -> tuple[Profile, dict[str, float], dict[str, float], int]:
+              source: str = "", slowdowns: Sequence[float] | None = None
+              ) -> tuple[Profile, dict[str, float], dict[str, float], int]:
     """Fit `coefficients` of `base` to the measurements. Returns the fitted profile, the mean
-    relative errors before and after, and the number of loss evaluations."""
+    relative errors before and after, and the number of loss evaluations.
+
+    With `slowdowns`, measurement i ran on a host slowdowns[i] times slower than the one the
+    fitted profile is for (Profile.slowed): the fit is then for the host at speed 1."""
     if not measurements:
         raise ConfigError("nothing to calibrate against: no measured replays")
     kinds = {(m.deployment.gpu_info.name, m.deployment.model_info.name) for m in measurements}
@@ -182,7 +199,11 @@ def calibrate(measurements: Sequence[Measurement], base: Profile, *,
     from workers.sim.backend import engine_shape
 
     quiet = base.with_coefficients(noise_cv=0.0)
-    cases = [_Case(m, engine_shape(m.config, m.deployment)) for m in measurements]
+    slowdowns = list(slowdowns or [1.0] * len(measurements))
+    if len(slowdowns) != len(measurements) or min(slowdowns) <= 0:
+        raise ConfigError("calibration needs one positive slowdown per measurement")
+    cases = [_Case(m, engine_shape(m.config, m.deployment), f)
+             for m, f in zip(measurements, slowdowns, strict=True)]
     start = asdict(base.coefficients)
     x0 = np.log([max(start[c], _FLOOR) if start[c] else _ZERO_START.get(c, _FLOOR)
                  for c in coefficients])
@@ -212,8 +233,9 @@ def calibrate(measurements: Sequence[Measurement], base: Profile, *,
     x, evals = nelder_mead(loss, x0, max_evals=max_evals)
     loss_after = loss(x)
     fitted = profile_at(x).with_coefficients(noise_cv=base.coefficients.noise_cv)
-    before = relative_errors(measurements, quiet)
-    after = relative_errors(measurements, fitted.with_coefficients(noise_cv=0.0))
+    before = relative_errors(measurements, quiet, slowdowns=slowdowns)
+    after = relative_errors(measurements, fitted.with_coefficients(noise_cv=0.0),
+                            slowdowns=slowdowns)
     fitted = Profile(gpu=base.gpu, model=base.model, version=base.version,
                      source=source or f"calibrated from {len(measurements)} measured replays",
                      coefficients=fitted.coefficients,

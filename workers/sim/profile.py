@@ -47,6 +47,11 @@ class Coefficients:
     frontend_s: float = 0.0
 
 
+# Coefficients in seconds: a slower host scales them (Profile.slowed).
+TIME_COEFFICIENTS = ("cpu_step_s", "cpu_seq_s", "cpu_prefill_token_s", "block_s",
+                     "allreduce_latency_s", "eager_layer_s", "frontend_s")
+
+
 @dataclass(frozen=True)
 class Profile:
     gpu: str
@@ -58,6 +63,18 @@ class Profile:
 
     def with_coefficients(self, **values: float) -> Profile:
         return replace(self, coefficients=replace(self.coefficients, **values))
+
+    def slowed(self, factor: float) -> Profile:
+        """The same engine on a host `factor` times slower: every time coefficient times it,
+        every efficiency divided by it, so that each step and each request's frontend time takes
+        `factor` times as long (exactly so without tensor parallelism: the all-reduce's link
+        bandwidth is the GPU's, not the profile's)."""
+        if factor == 1.0:
+            return self
+        c = self.coefficients
+        return self.with_coefficients(
+            **{k: getattr(c, k) * factor for k in TIME_COEFFICIENTS},
+            **{k: getattr(c, k) / factor for k in ("hbm_efficiency", "compute_efficiency")})
 
     def to_yaml(self) -> str:
         data: dict[str, Any] = {"version": self.version, "gpu": self.gpu, "model": self.model,
