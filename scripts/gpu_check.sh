@@ -11,7 +11,8 @@
 # Env: AUTOTUNE_GPU_TRIALS (3), AUTOTUNE_GPU_TRACE (the Azure code trace under
 # AUTOTUNE_TRACES_DIR), AUTOTUNE_GPU_OUT (where logs, the database and the report go; runs/gpu).
 # The database is SQLite in WAL mode: a campaign stopped by a time limit has its trials in
-# autotune.db-wal, so copy that file beside autotune.db (one session lost a campaign so).
+# autotune.db-wal (one session copied autotune.db alone and lost a campaign so). The script
+# folds the WAL into autotune.db when it ends, a `timeout` stopping it included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -20,6 +21,14 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 python3 -m pip install -q --no-deps --no-build-isolation --no-index --ignore-requires-python -e .
 out=$(realpath -m "${AUTOTUNE_GPU_OUT:-runs/gpu}")
 mkdir -p "$out"
+checkpoint_db() {
+  [ -f "$out/autotune.db" ] || return 0
+  python3 -c 'import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute(
+    "pragma wal_checkpoint(TRUNCATE)")' "$out/autotune.db" \
+    || echo "gpu_check: could not checkpoint $out/autotune.db; copy autotune.db-wal too" >&2
+}
+trap checkpoint_db EXIT
+trap 'exit 143' TERM INT  # exit (running the EXIT trap) once the step running now has stopped
 
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
