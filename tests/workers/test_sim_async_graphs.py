@@ -9,6 +9,7 @@ from autotune.baselines import effective_values
 from autotune.deployment import DeploymentSpec
 from autotune.engine_config import EngineConfig
 from autotune.errors import EngineStartError
+from autotune.space import SIM_UNMODELLED
 from workers.sim.backend import SimulatorBackend, engine_shape
 from workers.sim.perf import PerfModel
 from workers.sim.profile import Profile, find_profile
@@ -112,11 +113,19 @@ def test_capture_size_is_capped_by_the_step_budget_and_costs_graph_memory() -> N
     assert perf_for(H200, enforce_eager=True, max_cudagraph_capture_size=256).graphs == ()
 
 
-@pytest.mark.parametrize("args, message", [
+UNMODELLED = [
     ({"pipeline_parallel_size": 2}, "does not model pipeline parallelism"),
     ({"speculative_config": {"method": "mtp", "num_speculative_tokens": 1}},
      "does not model speculative decoding"),
-])
+]
+
+
+def test_the_spaces_refuse_to_search_on_the_simulator_what_it_refuses_to_run() -> None:
+    # autotune.space keeps its own list (the core does not import the workers): the same one.
+    assert sorted(SIM_UNMODELLED) == sorted(name for args, _ in UNMODELLED for name in args)
+
+
+@pytest.mark.parametrize("args, message", UNMODELLED)
 def test_features_without_a_model_are_refused(args: dict, message: str) -> None:
     dep = H200.model_copy(update={"gpu_count": 2})
     with pytest.raises(EngineStartError, match=message) as info:
