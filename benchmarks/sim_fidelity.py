@@ -25,6 +25,13 @@ tuner's limit. The JSON line counts them (`client_bound_replays`) and gives the 
 rest. Likewise the share of CPU time the hypervisor gave other guests during each replay (`steal
 %`; `host_bound_rows`, `ttft_p99_err_max_not_host_bound`).
 
+Steal does not see all of a shared host's drift (in run 16 one pass ran 1.43x another's burst
+throughput with none stolen), so each engine is also timed on lone requests before and after its
+replays (workers.sim.fidelity.HOST_PROBE): the same work under every config. Where every replay
+was probed, the fit and the predictions take each replay at its engine's speed against the
+fitted replays' median (the `slowdown` column; Profile.slowed), and the JSON line gives the same
+judgement without the probe under `without_probe`.
+
 Needs the vLLM CPU build: AUTOTUNE_ENGINE_PYTHON=.venv-engine/bin/python (see `make
 engine-venv`). One engine per config and pass; each replays the trace 1 + 2 times (the first
 pass's first replay measures capacity). On a 2-core AVX2-only host, `--requests 96 --repeats 2`
