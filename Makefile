@@ -42,7 +42,7 @@ test: dev engine-venv lint
 
 lint: dev
 	$(BIN)/ruff check autotune search_spaces workers api tests benchmarks
-	$(BIN)/mypy autotune search_spaces workers api
+	$(BIN)/mypy autotune search_spaces workers api benchmarks
 
 clean:
 	rm -rf $(VENV) $(ENGINE_VENV) autotune.db autotune.db-wal autotune.db-shm

@@ -138,10 +138,12 @@ def main() -> None:
         table.add_column(col, justify="right")
     summary: dict[str, float | int] = {}
     for mode in ("plain", "stream", "all"):
-        d = [x for (t, m), v in latencies.items() if t == "direct" and mode in (m, "all") for x in v]
-        p = [x for (t, m), v in latencies.items() if t == "proxied" and mode in (m, "all") for x in v]
-        row = {"direct_p50_ms": _ms(d, 50), "proxied_p50_ms": _ms(p, 50),
-               "direct_p99_ms": _ms(d, 99), "proxied_p99_ms": _ms(p, 99)}
+        direct_ms = [x for (t, m), v in latencies.items()
+                     if t == "direct" and mode in (m, "all") for x in v]
+        proxied_ms = [x for (t, m), v in latencies.items()
+                      if t == "proxied" and mode in (m, "all") for x in v]
+        row = {"direct_p50_ms": _ms(direct_ms, 50), "proxied_p50_ms": _ms(proxied_ms, 50),
+               "direct_p99_ms": _ms(direct_ms, 99), "proxied_p99_ms": _ms(proxied_ms, 99)}
         row["added_p50_ms"] = row["proxied_p50_ms"] - row["direct_p50_ms"]
         row["added_p99_ms"] = row["proxied_p99_ms"] - row["direct_p99_ms"]
         suffix = "" if mode == "all" else f"_{mode}"

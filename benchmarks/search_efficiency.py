@@ -199,7 +199,8 @@ def campaign(sampler: str, space: SearchSpace, objective: Objective, seed: int,
     for role in BASELINES:
         study.enqueue_trial(space_params(plan.space, base_config(role, dep), dep),
                             user_attrs={"role": role})
-    best, curve, seen = 0.0, [], set()
+    best, seen = 0.0, set()
+    curve: list[float] = []
     for _ in range(trials * 10):
         if len(curve) == trials:
             break
@@ -268,8 +269,8 @@ def main() -> None:
                     next((i + 1 for i, v in enumerate(curve) if v >= 0.98 * optimum), None))
             by_trace[trace.name][sampler] = {b: round(statistics.median(v), 1)
                                              for b, v in here.items()}
-            for b, v in here.items():
-                pct[sampler][b].append(statistics.median(v))
+            for budget, v in here.items():
+                pct[sampler][budget].append(statistics.median(v))
         near = {f: sum(v >= f * optimum for v in values) for f in (0.98, 0.95)}
         censored = sum(z for _, _, z in objective.cache.values())
         rows.append((trace.name, len(trace), trace.duration_s, len(values), near,

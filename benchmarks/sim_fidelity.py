@@ -86,7 +86,7 @@ from workers.sim.profile import Profile, find_profile
 
 # Fitted on the first --fit configs, judged on the rest; the ones that matter on a CPU engine:
 # concurrency, the token budget, chunking and the block size.
-CONFIGS = [
+CONFIGS: list[dict[str, object]] = [
     {"max_num_seqs": 4}, {"max_num_seqs": 32}, {"max_num_seqs": 8, "max_num_batched_tokens": 512},
     {"max_num_seqs": 64, "block_size": 64},
     {"max_num_seqs": 2}, {"max_num_seqs": 16}, {"max_num_seqs": 48},

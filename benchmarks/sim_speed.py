@@ -53,9 +53,10 @@ def conversation_like_trace(seed: int = 0, hours: float = 1.0) -> Trace:
     t = np.sort(rng.uniform(0, HOUR_S * hours, 4 * n))
     keep = rng.random(4 * n) < (1 + 0.3 * np.sin(2 * np.pi * t / (HOUR_S * hours))) / 1.3
     arrival = np.sort(rng.choice(t[keep], n, replace=False))
-    rows = [{"arrival_s": float(a - arrival[0]), "prompt_tokens": int(p), "output_tokens": int(o)}
-            for a, p, o in zip(arrival, np.clip(lognormal(PROMPT_MEDIAN, PROMPT_MEAN), 2, 15_000),
-                               np.clip(lognormal(OUTPUT_MEDIAN, OUTPUT_MEAN), 1, 1_300), strict=True)]
+    rows: list[dict[str, object]] = [
+        {"arrival_s": float(a - arrival[0]), "prompt_tokens": int(p), "output_tokens": int(o)}
+        for a, p, o in zip(arrival, np.clip(lognormal(PROMPT_MEDIAN, PROMPT_MEAN), 2, 15_000),
+                           np.clip(lognormal(OUTPUT_MEDIAN, OUTPUT_MEAN), 1, 1_300), strict=True)]
     return Trace.from_rows("azure-conversation-like-1h", rows)
 
 
