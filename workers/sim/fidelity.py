@@ -48,7 +48,9 @@ HOST_STEAL = "host_steal_pct"
 # before the engine's measured replays and once after, averaged. A one-sequence decode step is
 # the same work under every config this benchmark varies (block size aside: a 128-token context
 # is one to four blocks), so where it differs between engines the host ran at another speed.
-# Kept with the replay, as is the drift between the two probes (after / before - 1).
+# Kept with the replay, as is the drift between the two probes (after / before - 1). In run 17,
+# on a quiet host, it was too noisy to correct by: one engine's two probes differed by up to
+# 44%, and it followed burst throughput only loosely (benchmarks/sim_fidelity.py).
 HOST_PROBE, HOST_PROBE_DRIFT = "host_probe_tpot_ms", "host_probe_drift"
 # 64 tokens at 6.7 ms a step (the slowest one-sequence step run 16 saw) take 0.43 s: each
 # request has the engine to itself.
