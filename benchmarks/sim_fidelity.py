@@ -72,7 +72,7 @@ from rich.table import Table
 
 from autotune.errors import ConfigError
 from autotune.metrics import summarize
-from autotune.records import CapacitySearch, Measurement, percentile_ms
+from autotune.records import CapacitySearch, Measurement, ReplayResult, percentile_ms
 from workers.sim.calibrate import STEP_METRICS, calibrate, simulate, step_pairs_ms
 from workers.sim.fidelity import (
     HOST_PROBE,
@@ -192,12 +192,11 @@ def judge(groups: list[list[Measurement]], fit_n: int, reference_ms: float | Non
     pooled_groups = 0
     for group in groups[fit_n:]:
         profiles = [quiet.slowed(slowdown(r, reference_ms)) for r in group]
-        sims = [simulate(r, p) for r, p in zip(group, profiles, strict=True)]
-        assert all(x is not None for x in sims), f"the simulator would not start {group[0].config}"
-        sim_tok = [summarize(x).output_tok_s for x in sims if x is not None]
-        sim_p99 = [summarize(x).ttft_p99_ms for x in sims if x is not None]
-        sim_ttft = percentile_ms(np.concatenate([x.ttft_s[~x.failed] for x in sims
-                                                 if x is not None]), 99.0)
+        sims = _simulated(group, profiles)
+        summaries = [summarize(x) for x in sims]
+        sim_tok = [x.output_tok_s for x in summaries]
+        sim_p99 = [x.ttft_p99_ms for x in summaries]
+        sim_ttft = percentile_ms(np.concatenate([x.ttft_s[~x.failed] for x in sims]), 99.0)
         tok = [r.observed["output_tok_s"] for r in group]
         ttft = [r.observed["ttft_p99_ms"] for r in group]
         # P99 TTFT over the repeats' requests pooled, where they were kept; else (older
@@ -220,6 +219,14 @@ def judge(groups: list[list[Measurement]], fit_n: int, reference_ms: float | Non
                         tuple(r.observed.get(HOST_STEAL, float("nan")) for r in group)))
     return Judgement(rows, fitted, before, after, evals, max(len(g) for g in groups),
                      pooled_groups, errs_mean_of_repeats)
+
+
+def _simulated(replays: list[Measurement], profiles: list[Profile]) -> list[ReplayResult]:
+    """The simulator's replay of each measured one, each by its own profile."""
+    found = [simulate(r, p) for r, p in zip(replays, profiles, strict=True)]
+    started = [x for x in found if x is not None]
+    assert len(started) == len(found), f"the simulator would not start {replays[0].config}"
+    return started
 
 
 def _spread(values: list[float]) -> float:
