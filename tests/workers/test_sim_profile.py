@@ -84,3 +84,30 @@ def test_attention_efficiency_scales_only_attention() -> None:
     kv_cost = full.step_s(8, 4000.0) - full.step_s(8, 0.0)
     assert kv_cost > 0
     assert half.step_s(8, 4000.0) - half.step_s(8, 0.0) == pytest.approx(2 * kv_cost)
+
+
+def test_the_small_batch_surcharge_makes_the_step_concave_in_its_batch() -> None:
+    """The first small_batch_seqs sequences of a step each cost cpu_small_batch_seq_s more; the
+    rest cost cpu_seq_s alone. 0 (profiles from before it) leaves the step as it was."""
+    from autotune.catalogue import gpu, model
+    from workers.sim.perf import EngineShape, PerfModel
+
+    shape = EngineShape(max_num_seqs=32, max_num_batched_tokens=2048, block_size=32,
+                        enable_chunked_prefill=True, enable_prefix_caching=True,
+                        gpu_memory_utilization=0.9, max_model_len=2048, tensor_parallel_size=1)
+    base = find_profile("cpu", "tiny-llama", "cpu", None)
+    assert base.coefficients.cpu_small_batch_seq_s == 0.0
+    plain = PerfModel(gpu("cpu"), model("tiny-llama"), shape, base)
+    extra = 1e-4
+    surcharged = PerfModel(gpu("cpu"), model("tiny-llama"), shape,
+                           base.with_coefficients(cpu_small_batch_seq_s=extra))
+    for seqs, paid in ((1, 1), (3, 3), (4, 4), (5, 4), (16, 4)):
+        assert surcharged.step_s(seqs, 100.0 * seqs) - plain.step_s(seqs, 100.0 * seqs) \
+            == pytest.approx(paid * extra)
+    # a prefill sequence is a sequence of the step, too
+    assert surcharged.step_s(1, 100.0, 64, 1, 64 * 32) - plain.step_s(1, 100.0, 64, 1, 64 * 32) \
+        == pytest.approx(2 * extra)
+    # A run of decode steps in closed form is still exact (the batch is fixed within it).
+    (first, end, a, b), = surcharged.decode_segments(2, 200.0, 10)
+    assert (first, end) == (0, 10)
+    assert a + 9 * b == pytest.approx(surcharged.step_s(2, 200.0 + 2 * 9))

@@ -31,7 +31,8 @@ from workers.sim.profile import Profile
 
 # Coefficients the fit moves; the memory ones come from the hardware, not from timings.
 FIT_COEFFICIENTS = ("cpu_step_s", "cpu_seq_s", "cpu_prefill_token_s", "hbm_efficiency",
-                    "compute_efficiency", "attention_efficiency", "frontend_s")
+                    "compute_efficiency", "attention_efficiency", "frontend_s",
+                    "cpu_small_batch_seq_s")
 # Metric -> weight in the loss. Medians pin the step times; the tail is what SLOs judge.
 TARGETS = {"output_tok_s": 1.0, "tpot_p50_ms": 1.0, "ttft_p50_ms": 0.5, "ttft_p99_ms": 0.5}
 # A replay's step timings (autotune.step_timings), each kind one term, each batch size or
@@ -44,7 +45,7 @@ PREFILL_BINS, MIN_PREFILL_STEPS = 4, 5
 _FLOOR = 1e-9  # a coefficient the base profile leaves at 0 starts here ...
 # ... unless it has a scale of its own: a frontend's way takes about a millisecond, 14 e-folds
 # above the floor, and the simplex's first steps are 0.7 of one.
-_ZERO_START = {"frontend_s": 1e-3}
+_ZERO_START = {"frontend_s": 1e-3, "cpu_small_batch_seq_s": 1e-4}
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ The CPU build keeps its KV cache in `VLLM_CPU_KVCACHE_SPACE` GiB instead.
 A step's time is a roofline per part (linear layers: weight bytes against FLOPs, MoE layers
 reading only the experts the batch touches; attention: KV bytes read against FLOPs, at its own
 share of the efficiencies), plus
-tensor-parallel all-reduces, CPU costs per step, per sequence and per prompt token, and the
+tensor-parallel all-reduces, CPU costs per step, per sequence (more for the first few of a step)
+and per prompt token, and the
 block-table walk. Decode-only batches are padded to CUDA-graph capture sizes; without graphs
 (`enforce_eager`, or a batch above `max_cudagraph_capture_size`) every layer pays its kernel
 launches. The CUDA-graph pool grows with the largest capture size. Without async scheduling
@@ -110,6 +111,7 @@ class PerfModel:
         self._block_cost = c.block_s * model.num_layers
         self._cpu_step, self._cpu_seq, self._cpu_token = (c.cpu_step_s, c.cpu_seq_s,
                                                           c.cpu_prefill_token_s)
+        self._cpu_small_seq, self._small_batch = c.cpu_small_batch_seq_s, c.small_batch_seqs
         self.kv_gib = self._kv_gib(cpu_kvcache_space_gib)
         self.num_blocks = self._kv_blocks()
 
@@ -211,7 +213,8 @@ class PerfModel:
         # average; the average keeps a run of decode steps affine in its step index.
         blocks = (decode_kv_tokens + decode_seqs) / self.block_size + decode_seqs / 2
         gpu = self._base_s(tokens, graphed) + attention + self._block_cost * blocks
-        cpu = (self._cpu_step + self._cpu_seq * (decode_seqs + prefill_seqs)
+        seqs = decode_seqs + prefill_seqs
+        cpu = (self._cpu_step + self._cpu_seq * seqs + self._cpu_small_seq * min(seqs, self._small_batch)
                + self._cpu_token * prefill_tokens)
         return gpu, cpu
 

@@ -45,11 +45,18 @@ class Coefficients:
     # engine core and the first token's way back): added to every request's TTFT and E2E. Not
     # in profiles from before it existed, there 0.
     frontend_s: float = 0.0
+    # The first `small_batch_seqs` sequences of a step each cost this much more CPU time: a
+    # real step's cost is concave in its batch (the CPU build's decode step rose about 0.24 ms
+    # a sequence from batch 1 to 4 and 0.12-0.13 ms after, run 17's fitted configs), where
+    # cpu_seq_s alone makes it affine and a fit then overprices the one-sequence step. 0 in
+    # profiles from before it existed.
+    cpu_small_batch_seq_s: float = 0.0
+    small_batch_seqs: float = 4.0
 
 
 # Coefficients in seconds: a slower host scales them (Profile.slowed).
 TIME_COEFFICIENTS = ("cpu_step_s", "cpu_seq_s", "cpu_prefill_token_s", "block_s",
-                     "allreduce_latency_s", "eager_layer_s", "frontend_s")
+                     "allreduce_latency_s", "eager_layer_s", "frontend_s", "cpu_small_batch_seq_s")
 
 
 @dataclass(frozen=True)
