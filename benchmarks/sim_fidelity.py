@@ -119,8 +119,9 @@ REQUESTS, QUICK_REQUESTS = 360, 48
 # one real replay predicts the next, the floor of any model's error. Two passes' P99s differed
 # by up to 62% below capacity (run 14); three pooled judge the 11th-worst of 1,080 requests.
 REPEATS = 3
-# Simulations the fit may spend: six coefficients now (300 was sized for five).
-FIT_EVALS = 500
+# Simulations the fit may spend: about 75 per coefficient fitted (eight now; 300 was sized for
+# five).
+FIT_EVALS = 600
 # Above this send-lag P99 a replay timed the box, not the engine: the tuner would not use it.
 CLIENT_BOUND_MS = CapacitySearch().max_send_lag_p99_ms
 # Above this share of CPU time stolen by other guests during a replay, it timed the neighbours,
