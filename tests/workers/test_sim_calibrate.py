@@ -15,14 +15,16 @@ from autotune.step_timings import StepTime
 from autotune.traffic.trace import Trace
 from workers.sim.backend import engine_shape
 from workers.sim.calibrate import (
+    FIT_COEFFICIENTS,
     calibrate,
     nelder_mead,
     predict,
     relative_errors,
+    step_pairs_ms,
     usable_prefill_steps,
 )
 from workers.sim.perf import PerfModel
-from workers.sim.profile import find_profile
+from workers.sim.profile import Profile, find_profile
 
 TINY = DeploymentSpec(name="t", model="tiny-llama", gpu="cpu", gpu_count=1,
                       tensor_parallel_size=1, max_model_len=2048)
@@ -147,6 +149,26 @@ def test_step_timings_pin_the_fixed_and_the_per_sequence_cost() -> None:
     assert relative_errors(with_steps, blind)["decode_step_ms"] > 0.1  # the replays alone miss
     assert fitted.fit is not None
     assert fitted.fit["mean_relative_error_after"]["decode_step_ms"] == after["decode_step_ms"]
+
+
+def test_a_step_concave_in_its_batch_is_fitted_at_batch_one_too() -> None:
+    """The CPU build's first few sequences of a step cost more than the later ones (run 17:
+    0.24 ms each from batch 1 to 4, 0.12-0.13 after). An affine per-sequence cost fits the
+    batches on average and misses the one-sequence step; the small-batch surcharge fits it."""
+    base = find_profile("cpu", "tiny-llama", "cpu", None).with_coefficients(noise_cv=0.0)
+    truth = base.with_coefficients(cpu_small_batch_seq_s=3e-4)
+    measured = [replace(m, step_times=_steps_of(truth, m)) for m in _measured_by(truth, TINY)]
+    affine = tuple(k for k in FIT_COEFFICIENTS if k != "cpu_small_batch_seq_s")
+    fitted, _, after, _ = calibrate(measured, base, max_evals=300)
+    plain, _, _, _ = calibrate(measured, base, coefficients=affine, max_evals=300)
+
+    def lone_step_err(profile: Profile) -> float:
+        (modelled, real), *_ = step_pairs_ms(measured[0], profile)["decode_step_ms"]  # batch 1
+        return abs(modelled / real - 1)
+
+    assert after["decode_step_ms"] < 0.02 and lone_step_err(fitted) < 0.02
+    assert lone_step_err(plain) > 0.05
+    assert fitted.coefficients.cpu_small_batch_seq_s == pytest.approx(3e-4, rel=0.25)
 
 
 def test_replays_without_step_timings_report_no_step_error() -> None:
