@@ -41,7 +41,9 @@ engine-venv`). One engine per config and pass; each replays the trace 1 + 2 time
 pass's first replay measures capacity). On a 2-core AVX2-only host, `--requests 96 --repeats 2`
 (then on one engine per config) took 70 minutes (the tiny model serves about 130 output tok/s
 there); on an AVX-512 one (about 1,300 tok/s) two passes took 44-58 minutes, and the three of
-the defaults 94.
+the defaults 81-94. On an AVX2-only AMD EPYC VM (run 18) one engine of the defaults took 16-19
+minutes: the run would have taken about 9 hours and was stopped. Each engine logs a line to
+stderr as it finishes (its discarded replay's tok/s and its seconds): read the first one.
 
 The calibration also fits the decode step times the fitted configs' replays show (autotune.
 step_timings), and the prefill steps they show; the table's `decode err` and `prefill err`
@@ -58,6 +60,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -309,6 +312,9 @@ def main() -> None:
     source.add_argument("--save", type=Path, help="write the real measurements here")
     source.add_argument("--measured", type=Path, help="judge these saved measurements instead")
     args = parser.parse_args()
+    # One line per engine on stderr while measuring: a run takes 1-10 hours, set by the host.
+    logging.basicConfig(stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("autotune.fidelity").setLevel(logging.INFO)
     if args.repeats < 1:
         sys.exit(f"sim_fidelity: --repeats must be at least 1, not {args.repeats}")
     if not 0 <= args.load < 1:

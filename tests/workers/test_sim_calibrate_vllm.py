@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -22,10 +23,16 @@ from workers.sim.profile import find_profile
 pytestmark = pytest.mark.integration
 
 
-def test_a_fit_to_real_engines_finds_them_from_a_wrong_profile(tmp_path: Path) -> None:
+def test_a_fit_to_real_engines_finds_them_from_a_wrong_profile(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="autotune.fidelity")
     measured = measure_real([{"max_num_seqs": 4}, {"max_num_seqs": 32}], fidelity_trace(24),
                             engine_python(), tmp_path)
     assert not [p for p in vllm_processes() if str(tmp_path) in p]  # its engines are gone
+    # One progress line per engine: a long run shows early how fast its host is.
+    assert [r.getMessage().split(":")[0] for r in caplog.records
+            if r.name == "autotune.fidelity"] == [
+        "engine 1 of 2 (max_num_seqs=4)", "engine 2 of 2 (max_num_seqs=32)"]
     assert len(measured) == 4 and all(m.observed["output_tok_s"] > 0 for m in measured)
     # Each request's TTFT is kept, and its P99 is the replay's own.
     for m in measured:

@@ -15,6 +15,8 @@ simulator predicts from a trace without prefix hashes.
 from __future__ import annotations
 
 import json
+import logging
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -30,6 +32,8 @@ from autotune.step_timings import steps_from_json, steps_to_json
 from autotune.tiny_model import make_tiny_model
 from autotune.traffic.trace import Trace
 from workers.vllm.backend import VllmBackend
+
+log = logging.getLogger("autotune.fidelity")
 
 CPU = DeploymentSpec(name="fidelity", model="tiny-llama", gpu="cpu", gpu_count=1,
                      tensor_parallel_size=1, max_model_len=2048)
@@ -96,6 +100,7 @@ def measure_real(configs: Sequence[dict[str, object]], trace: Trace, engine_pyth
     for i, values in enumerate(configs):
         config = EngineConfig(max_model_len=CPU.max_model_len, block_size=32).merged(**values)
         backend = cpu_engine(model, engine_python, work)
+        started = time.monotonic()
         try:
             backend.start(config, CPU, label=f"fidelity{i}")
             backend.warmup(trace, 0)  # prompts of seed 1 (see VllmBackend.warmup)
@@ -122,6 +127,11 @@ def measure_real(configs: Sequence[dict[str, object]], trace: Trace, engine_pyth
             probed = _probed(probe_before, host_probe_tpot_ms(backend, PROBE_SEEDS[1]))
             found[-len(runs):] = [replace(m, observed={**m.observed, **probed})
                                   for m in found[-len(runs):]]
+            # A run's length is set by the host: the first line tells an AVX2-only one (16-19
+            # minutes an engine of 360 requests, run 18) from one with AVX-512 or AMX (about 2).
+            log.info("engine %d of %d (%s): discarded replay %.0f tok/s, %.0f s", i + 1,
+                     len(configs), ", ".join(f"{k}={v}" for k, v in values.items()),
+                     discarded.output_tok_s, time.monotonic() - started)
         finally:
             backend.stop()
     return found
