@@ -127,8 +127,8 @@ def measure_real(configs: Sequence[dict[str, object]], trace: Trace, engine_pyth
             probed = _probed(probe_before, host_probe_tpot_ms(backend, PROBE_SEEDS[1]))
             found[-len(runs):] = [replace(m, observed={**m.observed, **probed})
                                   for m in found[-len(runs):]]
-            # A run's length is set by the host: the first line tells an AVX2-only one (16-19
-            # minutes an engine of 360 requests, run 18) from one with AVX-512 or AMX (about 2).
+            # A run's length is set by the host (benchmarks/sim_fidelity.py): the first line
+            # tells a slow one.
             log.info("engine %d of %d (%s): discarded replay %.0f tok/s, %.0f s", i + 1,
                      len(configs), ", ".join(f"{k}={v}" for k, v in values.items()),
                      discarded.output_tok_s, time.monotonic() - started)

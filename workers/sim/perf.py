@@ -9,12 +9,11 @@ The CPU build keeps its KV cache in `VLLM_CPU_KVCACHE_SPACE` GiB instead.
 
 A step's time is a roofline per part (linear layers: weight bytes against FLOPs, MoE layers
 reading only the experts the batch touches; attention: KV bytes read against FLOPs, at its own
-share of the efficiencies), plus
-tensor-parallel all-reduces, CPU costs per step, per sequence (more for the first few of a step)
-and per prompt token, and the
-block-table walk. Decode-only batches are padded to CUDA-graph capture sizes; without graphs
-(`enforce_eager`, or a batch above `max_cudagraph_capture_size`) every layer pays its kernel
-launches. The CUDA-graph pool grows with the largest capture size. Without async scheduling
+share of the efficiencies), plus tensor-parallel all-reduces, CPU costs per step, per sequence
+(more for the first few of a step) and per prompt token, and the block-table walk. Decode-only
+batches are padded to CUDA-graph capture sizes; without graphs (`enforce_eager`, or a batch
+above `max_cudagraph_capture_size`) every layer pays its kernel launches.
+The CUDA-graph pool grows with the largest capture size. Without async scheduling
 the CPU's share of a step (scheduling, input preparation, output handling) runs between GPU
 steps and adds to them; with it, vLLM prepares step n+1 while the GPU runs step n, so a step
 takes the longer of the two (the residual synchronisation is not modelled). Coefficients come
