@@ -53,7 +53,9 @@ Usage: .venv/bin/python benchmarks/sim_fidelity.py [--fit N] [--quick | --reques
                      [--repeats N] [--scales X,Y] [--save FILE | --measured FILE]
 Prints a table, then one JSON line with throughput_err_max, ttft_p99_err_max and spearman.
 --save keeps the real measurements (JSON lines); --measured judges a saved set again without
-starting engines (for working on the model; the measurements are what they were).
+starting engines (for working on the model; the measurements are what they were). While it
+measures, --save FILE appends each engine's replays to FILE.partial as the engine finishes, so a
+stopped run keeps them (load_measurements reads that file too); a finished run removes it.
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ from workers.sim.fidelity import (
     HOST_PROBE,
     HOST_PROBE_DRIFT,
     HOST_STEAL,
+    append_measurements,
     fidelity_trace,
     grouped,
     interleaved,
@@ -339,15 +342,22 @@ def main() -> None:
         # in one run the load average rose from 2 to 6 while the judged configs ran last, so
         # the judged engines were slower than the fitted ones for reasons no config explains.
         order = interleaved(len(CONFIGS), args.fit)
+        partial = None if args.save is None else args.save.with_name(args.save.name + ".partial")
+        if partial is not None and partial.exists():
+            sys.exit(f"sim_fidelity: {partial} holds a stopped run's measurements; move it "
+                     "away first")
         with tempfile.TemporaryDirectory() as tmp:
-            found = measure_passes([CONFIGS[i] for i in order], trace, engine_python,
-                                   Path(tmp), args.scales, args.repeats, args.load or None)
+            found = measure_passes(
+                [CONFIGS[i] for i in order], trace, engine_python, Path(tmp), args.scales,
+                args.repeats, args.load or None,
+                None if partial is None else lambda done: append_measurements(done, partial))
         per = len(found) // len(CONFIGS)
         by_config = {i: [replace(m, source=m.source.replace(f"config {k} ", f"config {i} ", 1))
                          for m in found[k * per:(k + 1) * per]] for k, i in enumerate(order)}
         measured = [m for i in range(len(CONFIGS)) for m in by_config[i]]
-        if args.save is not None:
+        if partial is not None:
             save_measurements(measured, args.save)
+            partial.unlink(missing_ok=True)
     groups = grouped(measured)  # config-major, as CONFIGS
     fit_n = args.fit * len(groups) // len(CONFIGS)
     scales = sorted({m.rate_scale for m in measured})

@@ -15,6 +15,7 @@ from autotune.step_timings import StepTime
 from autotune.traffic.trace import Trace
 from workers.sim.fidelity import (
     CPU,
+    append_measurements,
     capacity_share,
     cpu_ticks,
     fidelity_trace,
@@ -51,6 +52,15 @@ def test_saved_measurements_read_back_the_same(tmp_path: Path) -> None:
         (m.config, m.rate_scale, m.seed, m.observed, m.source, m.step_times, m.ttft_each_ms)
         for m in measured]
     assert back[0].step_times and back[0].ttft_each_ms  # the step timings and TTFTs too
+
+
+def test_appended_measurements_read_back_as_a_saved_file(tmp_path: Path) -> None:
+    """What a stopped run appended engine by engine reads as if saved at once."""
+    measured, path, whole = _measured(), tmp_path / "m.jsonl.partial", tmp_path / "m.jsonl"
+    append_measurements(measured[:2], path)
+    append_measurements(measured[2:], path)
+    save_measurements(measured, whole)
+    assert path.read_text() == whole.read_text()
 
 
 def test_files_saved_before_ttfts_were_kept_still_read(tmp_path: Path) -> None:
@@ -90,29 +100,38 @@ def test_passes_repeat_every_config_on_fresh_engines_at_the_first_passs_rates(
     calls: list[tuple[list[dict[str, object]], list[float], float | None]] = []
     trace = fidelity_trace(24)
 
-    def fake(configs, trace_, engine_python, work, scales, repeats, load=None):  # type: ignore[no-untyped-def]
+    def fake(configs, trace_, engine_python, work, scales, repeats, load=None,  # type: ignore[no-untyped-def]
+             engine_done=None):
         assert repeats == 1
         calls.append((list(configs), list(scales), load))
         found = []
         for i, values in enumerate(configs):
             seqs = int(values["max_num_seqs"])  # type: ignore[call-overload]
             rates = [0.1 * seqs, *scales] if load else list(scales)
-            for scale in rates:
-                found.append(Measurement(
-                    config=EngineConfig(max_model_len=2048, block_size=32).merged(**values),
-                    deployment=CPU, trace=trace_, rate_scale=scale, seed=3,
-                    observed={"output_tok_s": 1.0}, source=f"config {i} x{scale:g} load 1"))
+            engine = [Measurement(
+                config=EngineConfig(max_model_len=2048, block_size=32).merged(**values),
+                deployment=CPU, trace=trace_, rate_scale=scale, seed=3,
+                observed={"output_tok_s": 1.0}, source=f"config {i} x{scale:g} load 1")
+                for scale in rates]
+            engine_done(engine)
+            found += engine
         return found
 
     monkeypatch.setattr(fidelity, "measure_real", fake)
     configs: list[dict[str, object]] = [{"max_num_seqs": 4}, {"max_num_seqs": 32}]
-    found = measure_passes(configs, trace, "python", tmp_path, (256.0,), passes=2, load=0.5)
+    finished: list[list[Measurement]] = []
+    found = measure_passes(configs, trace, "python", tmp_path, (256.0,), passes=2, load=0.5,
+                           engine_done=finished.append)
     assert calls == [(configs, [256.0], 0.5), ([configs[0]], [0.4, 256.0], None),
                      ([configs[1]], [3.2, 256.0], None)]
     assert [(m.config.max_num_seqs, m.rate_scale) for m in found] == [
         (4, 0.4), (4, 256.0), (4, 0.4), (4, 256.0), (32, 3.2), (32, 256.0), (32, 3.2), (32, 256.0)]
     assert [m.source.split(" x")[0] for m in found] == ["config 0"] * 4 + ["config 1"] * 4
     assert [len(g) for g in grouped(found)] == [2, 2, 2, 2]
+    # Every engine of every pass is handed on as it finishes, in the order they ran.
+    assert [[(m.config.max_num_seqs, m.rate_scale) for m in e] for e in finished] == [
+        [(4, 0.4), (4, 256.0)], [(32, 3.2), (32, 256.0)], [(4, 0.4), (4, 256.0)],
+        [(32, 3.2), (32, 256.0)]]
 
 
 def test_repeated_replays_are_grouped_by_config_and_multiplier() -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -86,9 +86,12 @@ def interleaved(n: int, fit: int) -> list[int]:
 
 def measure_real(configs: Sequence[dict[str, object]], trace: Trace, engine_python: str,
                  work: Path, scales: Sequence[float] = SCALES, repeats: int = 1,
-                 load: float | None = None) -> list[Measurement]:
+                 load: float | None = None,
+                 engine_done: Callable[[list[Measurement]], None] | None = None,
+                 ) -> list[Measurement]:
     """One CPU engine per config (block size 32 unless given), the trace at each multiplier
     `repeats` times in a row; config by config, each multiplier's repeats together.
+    `engine_done` is given each engine's measurements as it finishes (a run takes hours).
 
     With `load`, each engine is also replayed at that share of its own capacity, first: the
     discarded pass then runs at the highest multiplier (which should be past every config's
@@ -127,6 +130,8 @@ def measure_real(configs: Sequence[dict[str, object]], trace: Trace, engine_pyth
             probed = _probed(probe_before, host_probe_tpot_ms(backend, PROBE_SEEDS[1]))
             found[-len(runs):] = [replace(m, observed={**m.observed, **probed})
                                   for m in found[-len(runs):]]
+            if engine_done is not None:
+                engine_done(found[-len(runs):])
             # A run's length is set by the host (benchmarks/sim_fidelity.py): the first line
             # tells a slow one.
             log.info("engine %d of %d (%s): discarded replay %.0f tok/s, %.0f s", i + 1,
@@ -139,19 +144,22 @@ def measure_real(configs: Sequence[dict[str, object]], trace: Trace, engine_pyth
 
 def measure_passes(configs: Sequence[dict[str, object]], trace: Trace, engine_python: str,
                    work: Path, scales: Sequence[float] = SCALES, passes: int = 1,
-                   load: float | None = None) -> list[Measurement]:
+                   load: float | None = None,
+                   engine_done: Callable[[list[Measurement]], None] | None = None,
+                   ) -> list[Measurement]:
     """measure_real over all configs `passes` times, each pass on fresh engines, the later
     ones at the rates the first found: the repeats of a config lie a pass apart. On a 2-core VM
     back-to-back replays of one engine differed by up to 1.7x in burst throughput; repeats back
     to back share whatever state the engine and host are in. Returned config by config, each
     config's replays in pass order."""
-    first = measure_real(configs, trace, engine_python, work, scales, 1, load)
+    first = measure_real(configs, trace, engine_python, work, scales, 1, load, engine_done)
     per_config = len(first) // len(configs)
     found = [first[i * per_config:(i + 1) * per_config] for i in range(len(configs))]
     for _ in range(passes - 1):
         for i, values in enumerate(configs):
             rates = [m.rate_scale for m in found[i][:per_config]]
-            again = measure_real([values], trace, engine_python, work, rates, 1)
+            again = measure_real([values], trace, engine_python, work, rates, 1,
+                                 engine_done=engine_done)
             found[i] += [replace(m, source=m.source.replace("config 0 ", f"config {i} ", 1))
                          for m in again]
     return [m for runs in found for m in runs]
@@ -250,15 +258,25 @@ def _load_1min() -> str:
 def save_measurements(measured: Sequence[Measurement], path: Path) -> None:
     """One JSON object a line: the config's explicit arguments, multiplier, seed, observations,
     decode step timings, each request's TTFT."""
-    rows = [json.dumps({"config": m.config.explicit(), "rate_scale": m.rate_scale,
-                        "seed": m.seed, "observed": m.observed, "source": m.source,
-                        "step_times": steps_to_json(m.step_times),
-                        "ttft_each_ms": list(m.ttft_each_ms),
-                        "trace_digest": m.trace.digest})
-            for m in measured]
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text("".join(r + "\n" for r in rows))
+    tmp.write_text(_lines(measured))
     tmp.replace(path)
+
+
+def append_measurements(measured: Sequence[Measurement], path: Path) -> None:
+    """save_measurements' lines added to the end of `path`: load_measurements reads what a
+    stopped run had appended."""
+    with path.open("a") as out:
+        out.write(_lines(measured))
+
+
+def _lines(measured: Sequence[Measurement]) -> str:
+    return "".join(json.dumps({"config": m.config.explicit(), "rate_scale": m.rate_scale,
+                               "seed": m.seed, "observed": m.observed, "source": m.source,
+                               "step_times": steps_to_json(m.step_times),
+                               "ttft_each_ms": list(m.ttft_each_ms),
+                               "trace_digest": m.trace.digest}) + "\n"
+                   for m in measured)
 
 
 def load_measurements(path: Path, trace: Trace) -> list[Measurement]:
