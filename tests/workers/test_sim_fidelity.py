@@ -98,12 +98,14 @@ def test_passes_repeat_every_config_on_fresh_engines_at_the_first_passs_rates(
     import workers.sim.fidelity as fidelity
 
     calls: list[tuple[list[dict[str, object]], list[float], float | None]] = []
+    numbers: list[tuple[int, int]] = []
     trace = fidelity_trace(24)
 
     def fake(configs, trace_, engine_python, work, scales, repeats, load=None,  # type: ignore[no-untyped-def]
-             engine_done=None):
+             engine_done=None, numbered=None):
         assert repeats == 1
         calls.append((list(configs), list(scales), load))
+        numbers.append(numbered)
         found = []
         for i, values in enumerate(configs):
             seqs = int(values["max_num_seqs"])  # type: ignore[call-overload]
@@ -132,6 +134,8 @@ def test_passes_repeat_every_config_on_fresh_engines_at_the_first_passs_rates(
     assert [[(m.config.max_num_seqs, m.rate_scale) for m in e] for e in finished] == [
         [(4, 0.4), (4, 256.0)], [(32, 3.2), (32, 256.0)], [(4, 0.4), (4, 256.0)],
         [(32, 3.2), (32, 256.0)]]
+    # Their progress lines count on through the passes: engines 1-2, 3, 4 of 4.
+    assert numbers == [(0, 4), (2, 4), (3, 4)]
 
 
 def test_repeated_replays_are_grouped_by_config_and_multiplier() -> None:

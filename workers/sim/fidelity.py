@@ -88,10 +88,11 @@ def measure_real(configs: Sequence[dict[str, object]], trace: Trace, engine_pyth
                  work: Path, scales: Sequence[float] = SCALES, repeats: int = 1,
                  load: float | None = None,
                  engine_done: Callable[[list[Measurement]], None] | None = None,
-                 ) -> list[Measurement]:
+                 numbered: tuple[int, int] | None = None) -> list[Measurement]:
     """One CPU engine per config (block size 32 unless given), the trace at each multiplier
     `repeats` times in a row; config by config, each multiplier's repeats together.
-    `engine_done` is given each engine's measurements as it finishes (a run takes hours).
+    `engine_done` is given each engine's measurements as it finishes (a run takes hours), and
+    each engine logs a line, numbered after `numbered`'s (engines before these, in all).
 
     With `load`, each engine is also replayed at that share of its own capacity, first: the
     discarded pass then runs at the highest multiplier (which should be past every config's
@@ -99,6 +100,7 @@ def measure_real(configs: Sequence[dict[str, object]], trace: Trace, engine_pyth
     another (4x was 9-40% of the tiny model's capacity on a host with AMX units, and more than
     twice the capacity of an AVX2-only one)."""
     model = make_tiny_model(work / "model")
+    before, engines = numbered or (0, len(configs))
     found = []
     for i, values in enumerate(configs):
         config = EngineConfig(max_model_len=CPU.max_model_len, block_size=32).merged(**values)
@@ -134,8 +136,8 @@ def measure_real(configs: Sequence[dict[str, object]], trace: Trace, engine_pyth
                 engine_done(found[-len(runs):])
             # A run's length is set by the host (benchmarks/sim_fidelity.py): the first line
             # tells a slow one.
-            log.info("engine %d of %d (%s): discarded replay %.0f tok/s, %.0f s", i + 1,
-                     len(configs), ", ".join(f"{k}={v}" for k, v in values.items()),
+            log.info("engine %d of %d (%s): discarded replay %.0f tok/s, %.0f s",
+                     before + i + 1, engines, ", ".join(f"{k}={v}" for k, v in values.items()),
                      discarded.output_tok_s, time.monotonic() - started)
         finally:
             backend.stop()
@@ -152,14 +154,17 @@ def measure_passes(configs: Sequence[dict[str, object]], trace: Trace, engine_py
     back-to-back replays of one engine differed by up to 1.7x in burst throughput; repeats back
     to back share whatever state the engine and host are in. Returned config by config, each
     config's replays in pass order."""
-    first = measure_real(configs, trace, engine_python, work, scales, 1, load, engine_done)
+    engines = len(configs) * passes
+    first = measure_real(configs, trace, engine_python, work, scales, 1, load, engine_done,
+                         (0, engines))
     per_config = len(first) // len(configs)
     found = [first[i * per_config:(i + 1) * per_config] for i in range(len(configs))]
-    for _ in range(passes - 1):
+    for later in range(1, passes):
         for i, values in enumerate(configs):
             rates = [m.rate_scale for m in found[i][:per_config]]
             again = measure_real([values], trace, engine_python, work, rates, 1,
-                                 engine_done=engine_done)
+                                 engine_done=engine_done,
+                                 numbered=(later * len(configs) + i, engines))
             found[i] += [replace(m, source=m.source.replace("config 0 ", f"config {i} ", 1))
                          for m in again]
     return [m for runs in found for m in runs]
