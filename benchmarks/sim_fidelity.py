@@ -56,6 +56,8 @@ Prints a table, then one JSON line with throughput_err_max, ttft_p99_err_max and
 starting engines (for working on the model; the measurements are what they were). While it
 measures, --save FILE appends each engine's replays to FILE.partial as the engine finishes, so a
 stopped run keeps them (load_measurements reads that file too); a finished run removes it.
+Kept runs, gzipped: benchmarks/measurements/fidelity-runN.jsonl.gz (`--measured` reads them as
+they are; judging run 18's again gives its JSON line byte for byte).
 """
 
 from __future__ import annotations

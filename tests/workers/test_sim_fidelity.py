@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -61,6 +62,18 @@ def test_appended_measurements_read_back_as_a_saved_file(tmp_path: Path) -> None
     append_measurements(measured[2:], path)
     save_measurements(measured, whole)
     assert path.read_text() == whole.read_text()
+
+
+def test_gzipped_measurements_read_back_the_same(tmp_path: Path) -> None:
+    """Runs kept in the repository are gzipped (benchmarks/measurements)."""
+    path, packed = tmp_path / "m.jsonl", tmp_path / "m.jsonl.gz"
+    save_measurements(_measured(), path)
+    packed.write_bytes(gzip.compress(path.read_bytes()))
+    trace = fidelity_trace(24)
+    assert load_measurements(packed, trace) == load_measurements(path, trace)
+    packed.write_bytes(gzip.compress(path.read_bytes())[:-20])  # cut short
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_measurements(packed, trace)
 
 
 def test_files_saved_before_ttfts_were_kept_still_read(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ simulator predicts from a trace without prefix hashes.
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import time
@@ -285,9 +286,12 @@ def _lines(measured: Sequence[Measurement]) -> str:
 
 
 def load_measurements(path: Path, trace: Trace) -> list[Measurement]:
-    """What save_measurements wrote, against the trace those replays used."""
+    """What save_measurements wrote (gzipped too: `.gz`), against the trace those replays
+    used."""
     try:
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        text = (gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz"
+                else path.read_text())
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
         if not rows or any(r["trace_digest"] != trace.digest for r in rows):
             raise ConfigError(f"measurements {path}: none there, or replays of another trace "
                               f"(its digest is not {trace.digest})")
@@ -300,5 +304,5 @@ def load_measurements(path: Path, trace: Trace) -> list[Measurement]:
                 for r in rows]
     except ConfigError:
         raise
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, EOFError, ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"measurements {path}: cannot read them ({exc})") from None
