@@ -41,9 +41,10 @@ engine-venv`). One engine per config and pass; each replays the trace 1 + 2 time
 pass's first replay measures capacity). On a 2-core AVX2-only host, `--requests 96 --repeats 2`
 (then on one engine per config) took 70 minutes (the tiny model serves about 130 output tok/s
 there); on an AVX-512 one (about 1,300 tok/s) two passes took 44-58 minutes, and the three of
-the defaults 81-94; on one with AMX units that served up to 4,300 tok/s (run 18), 59. On an AVX2-only AMD EPYC VM (run 18) one engine of the defaults took 16-19
-minutes: the run would have taken about 9 hours and was stopped. Each engine logs a line to
-stderr as it finishes (its discarded replay's tok/s and its seconds): read the first one.
+the defaults 81-94; on one with AMX units that served up to 4,300 tok/s (run 18), 59. On an
+AVX2-only AMD EPYC VM (a first try at run 18) one engine of the defaults took 16-19 minutes: the
+run would have taken about 9 hours and was stopped. Each engine logs a line to stderr as it
+finishes (its discarded replay's tok/s and its seconds): read the first one.
 
 The calibration also fits the decode step times the fitted configs' replays show (autotune.
 step_timings), and the prefill steps they show; the table's `decode err` and `prefill err`
