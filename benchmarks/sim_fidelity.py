@@ -56,7 +56,8 @@ Prints a table, then one JSON line with throughput_err_max, ttft_p99_err_max and
 --save keeps the real measurements (JSON lines); --measured judges a saved set again without
 starting engines (for working on the model; the measurements are what they were). While it
 measures, --save FILE appends each engine's replays to FILE.partial as the engine finishes, so a
-stopped run keeps them (load_measurements reads that file too); a finished run removes it.
+stopped run keeps them (`--measured` reads that file too, put in config order); a finished run
+removes it.
 Kept runs, gzipped: benchmarks/measurements/fidelity-runN.jsonl.gz (`--measured` reads them as
 they are; judging run 18's again gives its JSON line byte for byte).
 """
@@ -89,6 +90,7 @@ from workers.sim.fidelity import (
     append_measurements,
     fidelity_trace,
     grouped,
+    in_configs_order,
     interleaved,
     load_measurements,
     measure_passes,
@@ -330,7 +332,7 @@ def main() -> None:
     trace = fidelity_trace(args.requests or (QUICK_REQUESTS if args.quick else REQUESTS))
     if args.measured is not None:
         try:
-            measured = load_measurements(args.measured, trace)
+            measured = in_configs_order(load_measurements(args.measured, trace), CONFIGS)
         except ConfigError as exc:
             sys.exit(f"sim_fidelity: {exc}")
         if len(grouped(measured)) % len(CONFIGS) or not measured:

@@ -21,6 +21,7 @@ from workers.sim.fidelity import (
     cpu_ticks,
     fidelity_trace,
     grouped,
+    in_configs_order,
     interleaved,
     load_measurements,
     measure_passes,
@@ -74,6 +75,18 @@ def test_gzipped_measurements_read_back_the_same(tmp_path: Path) -> None:
     packed.write_bytes(gzip.compress(path.read_bytes())[:-20])  # cut short
     with pytest.raises(ConfigError, match="cannot read"):
         load_measurements(packed, trace)
+
+
+def test_replays_are_put_in_the_benchmarks_config_order(tmp_path: Path) -> None:
+    """A stopped run appended its engines in the order measured (interleaved, pass by pass);
+    judging needs them config by config, fitted configs first."""
+    measured = _measured()  # seqs 4, 4, 32
+    configs: list[dict[str, object]] = [{"max_num_seqs": 32}, {"max_num_seqs": 4}]
+    shuffled = [measured[1], measured[2], measured[0]]
+    assert [(m.config.max_num_seqs, m.seed) for m in in_configs_order(shuffled, configs)] == [
+        (32, 5), (4, 4), (4, 3)]  # stable within a config: pass order is kept
+    with pytest.raises(ConfigError, match="does not run"):
+        in_configs_order(measured, configs[:1])
 
 
 def test_files_saved_before_ttfts_were_kept_still_read(tmp_path: Path) -> None:

@@ -234,6 +234,19 @@ def grouped(measured: Sequence[Measurement]) -> list[list[Measurement]]:
     return list(groups.values())
 
 
+def in_configs_order(measured: Sequence[Measurement], configs: Sequence[dict[str, object]]
+                     ) -> list[Measurement]:
+    """The replays config by config in the order of `configs` (as measure_real sets them up),
+    each config's in the order given: a stopped run's appended file holds them in the order
+    they were measured. ConfigError for a replay of a config not among them."""
+    base = EngineConfig(max_model_len=CPU.max_model_len, block_size=32)
+    index = {base.merged(**values).key(): i for i, values in enumerate(configs)}
+    strays = {m.config.key() for m in measured} - index.keys()
+    if strays:
+        raise ConfigError(f"measurements of configs the benchmark does not run: {sorted(strays)}")
+    return sorted(measured, key=lambda m: index[m.config.key()])
+
+
 def cpu_ticks(stat: Path = Path("/proc/stat")) -> tuple[int, int] | None:
     """(stolen, all) CPU time since boot, in ticks over all CPUs; None where there is no
     /proc/stat to read (not Linux)."""
