@@ -74,6 +74,12 @@ def fidelity_trace(requests: int = 40, seed: int = 7) -> Trace:
     return Trace.from_rows("fidelity", rows)
 
 
+def fidelity_config(values: dict[str, object]) -> EngineConfig:
+    """The engine arguments measure_real runs a benchmark config with: block size 32 unless
+    given."""
+    return EngineConfig(max_model_len=CPU.max_model_len, block_size=32).merged(**values)
+
+
 def interleaved(n: int, fit: int) -> list[int]:
     """0..n-1 with the first `fit` spread evenly among the rest: 0, 4, 5, 1, 6, 7, 2, ... ."""
     rest = list(range(fit, n))
@@ -104,7 +110,7 @@ def measure_real(configs: Sequence[dict[str, object]], trace: Trace, engine_pyth
     before, engines = numbered or (0, len(configs))
     found = []
     for i, values in enumerate(configs):
-        config = EngineConfig(max_model_len=CPU.max_model_len, block_size=32).merged(**values)
+        config = fidelity_config(values)
         backend = cpu_engine(model, engine_python, work)
         started = time.monotonic()
         try:
@@ -239,8 +245,7 @@ def in_configs_order(measured: Sequence[Measurement], configs: Sequence[dict[str
     """The replays config by config in the order of `configs` (as measure_real sets them up),
     each config's in the order given: a stopped run's appended file holds them in the order
     they were measured. ConfigError for a replay of a config not among them."""
-    base = EngineConfig(max_model_len=CPU.max_model_len, block_size=32)
-    index = {base.merged(**values).key(): i for i, values in enumerate(configs)}
+    index = {fidelity_config(values).key(): i for i, values in enumerate(configs)}
     strays = {m.config.key() for m in measured} - index.keys()
     if strays:
         raise ConfigError(f"measurements of configs the benchmark does not run: {sorted(strays)}")
