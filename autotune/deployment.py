@@ -57,20 +57,28 @@ class DeploymentSpec(BaseModel):
         return catalogue.model(self.model)
 
     def rule_context(self) -> dict[str, object]:
-        """Deployment facts that interaction rules and search-space bounds may name."""
+        """Deployment facts that interaction rules, pins and search-space bounds may name:
+        the GPU's and the model's (catalogue) and the deployment's own."""
         g, m = self.gpu_info, self.model_info
         return {"device": g.device, "gpu_memory_gib": g.memory_gib, "gpu_count": self.gpu_count,
-                "max_model_len": self.max_model_len, "model_is_moe": m.num_experts > 0,
+                "compute_capability": g.compute_capability,
+                "max_model_len": self.max_model_len, "model_max_len": m.max_context,
+                "model_is_moe": m.num_experts > 0,
                 "model_weight_gib": m.weight_bytes / 2**30,
                 "model_has_mtp": m.mtp,
-                # MLA-family kernels page the KV cache in their own blocks (FlashMLA: 64 tokens)
-                # whatever --block-size says; 0 where the engine uses block_size as given.
-                "kernel_block_tokens": 64 if g.device == "gpu" and m.attention in (
-                    catalogue.MLA, catalogue.DSV4) else 0}
+                "attention_kind": m.attention, "num_attention_heads": m.num_heads,
+                "num_kv_heads": m.num_kv_heads, "num_experts": m.num_experts,
+                "moe_intermediate_size": m.moe_intermediate_size,
+                "intermediate_size": m.intermediate_size,
+                "dense_quant": m.dense_quant, "expert_quant": m.expert_quant,
+                "quant_block": m.quant_block}
 
 
-RULE_CONTEXT_NAMES = {"device", "gpu_memory_gib", "gpu_count", "max_model_len", "model_is_moe",
-                      "model_weight_gib", "model_has_mtp", "kernel_block_tokens"}
+RULE_CONTEXT_NAMES = {"device", "gpu_memory_gib", "gpu_count", "compute_capability",
+                      "max_model_len", "model_max_len", "model_is_moe", "model_weight_gib",
+                      "model_has_mtp", "attention_kind", "num_attention_heads", "num_kv_heads",
+                      "num_experts", "moe_intermediate_size", "intermediate_size", "dense_quant",
+                      "expert_quant", "quant_block"}
 
 # The deployment `make tune` and the embedded defaults use.
 DEMO = DeploymentSpec(

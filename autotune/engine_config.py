@@ -58,8 +58,13 @@ class EngineConfig(BaseModel):
 
     max_model_len: int | None = Field(default=None, gt=0)
     tensor_parallel_size: int | None = Field(default=None, gt=0)
-    # Engine replicas behind the server's own load balancer; GPUs used = tensor x data.
+    # Data-parallel ranks: engine replicas for a dense model; for an MoE model with expert
+    # parallelism, attention replicated per rank and the experts sharded over all ranks
+    # (DEP). GPUs used = tensor x data.
     data_parallel_size: int | None = Field(default=None, gt=0)
+    # Experts sharded whole over the tensor x data parallel ranks instead of each expert split
+    # over the tensor-parallel ranks (`--enable-expert-parallel`).
+    enable_expert_parallel: bool | None = None
     max_num_seqs: int | None = Field(default=None, gt=0)
     max_num_batched_tokens: int | None = Field(default=None, gt=0)
     block_size: int | None = Field(default=None, gt=0)
@@ -68,7 +73,9 @@ class EngineConfig(BaseModel):
     gpu_memory_utilization: float | None = Field(default=None, gt=0.0, le=1.0)
     # 0 = no cap: a prefill takes as much of the step's token budget as it can.
     long_prefill_token_threshold: int | None = Field(default=None, ge=0)
-    kv_cache_dtype: Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"] | None = None
+    # fp8_ds_mla: the DeepSeek sparse-MLA layout vLLM turns a DeepSeek-V4 "fp8" into.
+    kv_cache_dtype: Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2",
+                            "fp8_ds_mla"] | None = None
     enforce_eager: bool | None = None
     # GPUs used = tensor x pipeline x data parallel size.
     pipeline_parallel_size: int | None = Field(default=None, gt=0)

@@ -4,21 +4,29 @@ and model, and rules applied to configs."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cache
 from typing import Any
 
-from autotune.baselines import effective_values
+from autotune import parallelism
+from autotune.baselines import BASELINES, deployment_args, effective_values, vllm_defaults
 from autotune.deployment import RULE_CONTEXT_NAMES, DeploymentSpec
 from autotune.engine_config import REMOVED_ARGS, EngineConfig
-from autotune.errors import SearchSpaceError
+from autotune.errors import ConfigError, SearchSpaceError
+from autotune.parallelism import Strategy
 from search_spaces import (
     Param,
     Rule,
     SearchSpace,
     SpaceError,
     builtin_space_path,
+    load_rules_file,
     load_space_file,
 )
+
+# What a space may search: vLLM's engine arguments and the parallel strategy, which stands for
+# three of them (autotune/parallelism.py).
+SEARCHABLE = {*EngineConfig.field_names(), parallelism.PARAM}
 
 
 def load_search_space(name_or_path: str) -> SearchSpace:
@@ -29,7 +37,8 @@ def load_search_space(name_or_path: str) -> SearchSpace:
             if p.name in REMOVED_ARGS:
                 raise SpaceError(f"search space {space.name!r}: parameter {p.name!r} no longer "
                                  f"exists in vLLM ({REMOVED_ARGS[p.name]}); remove it")
-        space.check_names(set(EngineConfig.field_names()), RULE_CONTEXT_NAMES)
+        space.check_names(SEARCHABLE, RULE_CONTEXT_NAMES)
+        _check_families(space)
     except SpaceError as exc:
         raise SearchSpaceError(f"{exc}; fix the space file") from None
     return space
@@ -41,18 +50,113 @@ def space_name_for(dep: DeploymentSpec, requested: str | None) -> str:
     return requested or dep.traffic_profile
 
 
+def _check_families(space: SearchSpace) -> None:
+    if parallelism.PARAM not in space.param_names:
+        return
+    p = space.param(parallelism.PARAM)
+    bad = [c for c in p.choices if c not in parallelism.FAMILIES]
+    if p.type != "categorical" or bad:
+        raise SpaceError(f"search space {space.name!r}: parameter {parallelism.PARAM!r} must be "
+                         f"a categorical of strategy families ({', '.join(parallelism.FAMILIES)})"
+                         + (f"; unknown: {', '.join(map(str, bad))}" if bad else ""))
+
+
 def deployment_space(name_or_path: str, dep: DeploymentSpec) -> SearchSpace:
-    """A space bound to one deployment: hardware- and model-derived bounds resolved."""
+    """A space bound to one deployment: hardware- and model-derived bounds resolved, the
+    values the model requires pinned, and the parallel families turned into the layouts the
+    deployment's GPUs and the model's shards allow."""
     space = load_search_space(name_or_path)
     try:
-        return space.bind(dep.rule_context())
+        bound = space.bind(dep.rule_context())
     except SpaceError as exc:
         raise SearchSpaceError(f"{exc}; fix the space file or the deployment") from None
+    check_deployment(bound, dep)
+    if parallelism.PARAM not in bound.param_names:
+        return bound
+    p = bound.param(parallelism.PARAM)
+    allowed = [s.name for s in strategies(bound, dep, tuple(p.choices)).allowed]
+    if len(allowed) <= 1 or not bound.is_active(p, {}):
+        # One layout or none: nothing to search (the deployment's own is checked elsewhere).
+        return replace(bound, params=tuple(q for q in bound.params if q is not p))
+    return replace(bound, params=tuple(replace(q, choices=tuple(allowed)) if q is p else q
+                                       for q in bound.params))
+
+
+@dataclass(frozen=True)
+class StrategyCheck:
+    allowed: list[Strategy]
+    refused: dict[str, list[Violation]]  # strategy name -> the rules it breaks
+
+
+def strategies(space: SearchSpace, dep: DeploymentSpec,
+               families: tuple[str, ...] = parallelism.FAMILIES) -> StrategyCheck:
+    """The layouts of the deployment's GPUs, split into those its rules allow and those they
+    refuse (with the rules on parallelism each breaks). Judged on vLLM's defaults with the
+    deployment's pins: the parallelism rules name no other tuned argument."""
+    allowed: list[Strategy] = []
+    refused: dict[str, list[Violation]] = {}
+    base = vllm_defaults(dep)
+    for s in parallelism.candidates(dep.gpu_count, dep.model_info.num_experts > 0, families):
+        broken = [v for v in violations(space, base.merged(**s.engine_args()), dep)
+                  if v.severity == "error" and v.names & set(parallelism.ENGINE_ARGS)]
+        if broken:
+            refused[s.name] = broken
+        else:
+            allowed.append(s)
+    return StrategyCheck(allowed, refused)
+
+
+def _why(broken: list[Violation]) -> str:
+    return "; ".join(f"{v.rule}: {v.message} ({v.source})" for v in broken)
+
+
+def check_deployment(space: SearchSpace, dep: DeploymentSpec) -> None:
+    """Refuse a deployment no config can serve: a rule on its facts alone (a model on a GPU
+    generation without its kernels) or its own parallel layout (its baselines') refused,
+    naming the layouts of its GPUs that the rules allow and how to choose one."""
+    where = f"{dep.model_info.name} on {dep.gpu_count} x {dep.gpu_info.name}"
+    facts_only = [v for v in violations(space, vllm_defaults(dep), dep)
+                  if v.severity == "error" and v.names <= RULE_CONTEXT_NAMES]
+    if facts_only:
+        raise ConfigError(f"{where} cannot be served: {_why(facts_only)}")
+    check = strategies(space, dep)
+    own = Strategy.of(deployment_args(dep))
+    if own.name not in check.refused:
+        return
+    if not check.allowed:
+        raise ConfigError(
+            f"no parallel layout of {dep.gpu_count} GPUs can serve {where}: "
+            + " | ".join(f"{name}: {_why(v)}" for name, v in check.refused.items())
+            + "; choose another GPU count")
+    options = ", ".join(f"{s.name} (--tp {s.tensor_parallel_size})" for s in check.allowed)
+    raise ConfigError(f"{where}: the layout {own.name} is refused ({_why(check.refused[own.name])}); "
+                      f"the rules allow {options}")
+
+
+def engine_args(params: dict[str, Any]) -> dict[str, Any]:
+    """A space's parameter values as engine arguments (a strategy as its three arguments)."""
+    out = dict(params)
+    name = out.pop(parallelism.PARAM, None)
+    if name is not None:
+        out.update(Strategy.parse(str(name)).engine_args())
+    return out
+
+
+def config_for(space: SearchSpace, base: EngineConfig, params: dict[str, Any]) -> EngineConfig:
+    """The config a trial runs: its base (a baseline's, or the deployment's arguments), the
+    values the deployment's pins fix, and the sampled parameters."""
+    return base.merged(**space.pinned, **engine_args(params))
+
+
+def baseline_configs(dep: DeploymentSpec) -> dict[str, EngineConfig]:
+    """The deployment's baselines: vLLM's recipe only where one exists."""
+    return {role: config for role, make in BASELINES.items() if (config := make(dep)) is not None}
 
 
 def space_params(space: SearchSpace, config: EngineConfig, dep: DeploymentSpec) -> dict[str, Any]:
     """The space's parameter values for a config (what to enqueue for a baseline)."""
     values = effective_values(config, dep)
+    values[parallelism.PARAM] = Strategy.of(values).name
     for p in space.params:
         if isinstance(values.get(p.name), dict):  # a nested config: its choice is JSON text
             values[p.name] = next((c for c in p.choices if _json_equal(c, values[p.name])),
@@ -103,13 +207,34 @@ class Violation:
     rule: str
     severity: str
     message: str
+    source: str = ""  # the vLLM file and function (or recipe) the rule encodes
+    names: frozenset[str] = frozenset()  # the arguments and facts the rule reads
 
 
 def violations(space: SearchSpace, config: EngineConfig, dep: DeploymentSpec) -> list[Violation]:
     """The rules a config breaks, evaluated on the values the engine would really use."""
     values = {**effective_values(config, dep), **dep.rule_context()}
-    return [_violation(r) for r in space.rules if not r.holds(values)]
+    return [_violation(r, values) for r in space.rules if not r.holds(values)]
 
 
-def _violation(rule: Rule) -> Violation:
-    return Violation(rule.name, rule.severity, rule.message)
+@cache
+def _common_rules() -> tuple[Rule, ...]:
+    return load_rules_file()
+
+
+def engine_refusals(config: EngineConfig, dep: DeploymentSpec) -> list[Violation]:
+    """The common rules of severity error a config breaks: what vLLM itself refuses (or
+    fails to start with) for this model and GPU, whatever space it came from."""
+    values = {**effective_values(config, dep), **dep.rule_context()}
+    return [_violation(r, values) for r in _common_rules()
+            if r.severity == "error" and not r.holds(values)]
+
+
+def _violation(rule: Rule, values: dict[str, Any]) -> Violation:
+    """A broken rule; its message's {name} fields filled with the config's and the
+    deployment's values."""
+    try:
+        message = rule.message.format_map(values)
+    except (KeyError, ValueError, IndexError):
+        message = rule.message
+    return Violation(rule.name, rule.severity, message, rule.source, frozenset(rule.names))

@@ -44,7 +44,13 @@ from autotune.objective import is_feasible, outcome_constraints, rejected_constr
 from autotune.records import CapacitySearch, TrialOutcome, TrialSpec
 from autotune.samplers import DEFAULT_SAMPLER, make_sampler
 from autotune.slo import SLO
-from autotune.space import deployment_space, space_params, violations
+from autotune.space import (
+    baseline_configs,
+    config_for,
+    deployment_space,
+    space_params,
+    violations,
+)
 from autotune.storage import repo
 from autotune.storage.db import session_scope
 from autotune.storage.models import Campaign
@@ -173,10 +179,6 @@ def comparisons(study: optuna.Study) -> list[dict[str, Any]]:
     return list(study.user_attrs.get(COMPARE_ATTR, []))
 
 
-def _base_config(role: str, dep: DeploymentSpec) -> EngineConfig:
-    return BASELINES[role](dep) if role in BASELINES else EngineConfig(**deployment_args(dep))
-
-
 class StudyController:
     def __init__(self, engine: Engine, storage_url: str, request: CampaignRequest,
                  executor: Executor, observer: Observer | None = None,
@@ -192,10 +194,9 @@ class StudyController:
         self.storage = optuna.storages.RDBStorage(storage_url)
         self.clock = clock
         # Checked before anything is written: a baseline the space cannot hold is a bad request.
-        self.baseline_params = {role: space_params(self.plan.space,
-                                                   _base_config(role, request.deployment),
-                                                   request.deployment)
-                                for role in BASELINES}
+        self.baselines = baseline_configs(request.deployment)
+        self.baseline_params = {role: space_params(self.plan.space, config, request.deployment)
+                                for role, config in self.baselines.items()}
         self.reference_params = self._reference_params()
         self.records: list[TrialRecord] = []
         self.gpu_hours = 0.0  # spent by the search so far (restored on resume)
@@ -376,7 +377,7 @@ class StudyController:
                                 config=dict(t.config), repeat_of=t.repeat_of)
                     for t in self.records if t.fidelity == r.screen.backend]
         references = [(tag, role) for tag, role, _, _ in self.reference_params
-                      if role == "incumbent"] + [(role, role) for role in BASELINES]
+                      if role == "incumbent"] + [(role, role) for role in self.baselines]
         runs = mf.plan(screened, r.screen.top, references)
         dep = r.deployment
         added = mf.enqueue(study, [(run, space_params(self.plan.space, EngineConfig(**run.config),
@@ -458,7 +459,7 @@ class StudyController:
                               "backend's setup before tuning again")
         phase = [rec for rec in self.records if rec.fidelity == self._phase]
         baselines = [rec for rec in phase if rec.role in BASELINES]
-        if len(baselines) == len(BASELINES) and all(
+        if len(baselines) == len(self.baselines) and all(
                 rec.failure_class in ENGINE_FAILURES for rec in baselines) and not any(
                 rec.role not in BASELINES and rec.state == "measured" for rec in phase):
             first = baselines[0]
@@ -478,9 +479,10 @@ class StudyController:
                               f"{self._phase}")
         # A reference runs its exact config; the space's parameters are enqueued equal to it.
         exact = trial.user_attrs.get(resume.ENGINE_CONFIG)
-        base = EngineConfig(**exact) if exact else _base_config(role, dep)
+        base = (EngineConfig(**exact) if exact else self.baselines.get(role)
+                or EngineConfig(**deployment_args(dep)))
         # Define-by-run: a conditional parameter is suggested only when its feature is on.
-        config = base.merged(**self.plan.space.suggest(trial))
+        config = config_for(self.space, base, self.plan.space.suggest(trial))
         broken = violations(self.space, config, dep)
         # Baselines are references: they run unless they are known to fail.
         blocking = [v for v in broken if role == PROPOSED or v.severity == "error"]

@@ -5,23 +5,26 @@ This package is data plus a small schema: it never imports autotune.
 
 from __future__ import annotations
 
-from search_spaces._rules import Rule, RuleError
+from search_spaces._rules import Pin, Rule, RuleError
 from search_spaces._schema import (
     Param,
     SearchSpace,
     SpaceError,
     builtin_space_path,
+    load_pins_file,
     load_rules_file,
     load_space_file,
 )
 
 __all__ = [
     "Param",
+    "Pin",
     "Rule",
     "RuleError",
     "SearchSpace",
     "SpaceError",
     "builtin_space_path",
+    "load_pins_file",
     "load_rules_file",
     "load_space_file",
 ]

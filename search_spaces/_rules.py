@@ -135,35 +135,84 @@ class Expr:
 
 @dataclass(frozen=True)
 class Rule:
-    """One interaction rule. severity "error": known to fail; "slow": known to be slow."""
+    """One interaction rule. severity "error": known to fail; "slow": known to be slow.
+
+    `when` (optional): the rule applies only where it holds (a model or GPU fact, say);
+    `source`: where the behaviour it encodes lives (a vLLM file and function, or a recipe);
+    `origin`: the file it was read from, for error messages.
+    """
 
     name: str
     require: str
     message: str
     severity: str = "error"
+    when: str | None = None
+    source: str = ""
+    origin: str = ""
     _tree: ast.Expression = field(init=False, repr=False, compare=False)
+    _when: ast.Expression | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.severity not in ("error", "slow"):
             raise RuleError(f"rule {self.name!r}: severity must be 'error' or 'slow'")
         object.__setattr__(self, "_tree", _parse(self.require, f"rule {self.name!r}"))
+        object.__setattr__(self, "_when", None if self.when is None
+                           else _parse(self.when, f"rule {self.name!r} when"))
 
     @property
     def names(self) -> set[str]:
-        return _names(self._tree)
+        return _names(self._tree) | (_names(self._when) if self._when is not None else set())
 
     def check_names(self, known: set[str]) -> None:
         unknown = sorted(self.names - known)
         if unknown:
+            where = f"{self.origin}: " if self.origin else ""
             raise RuleError(
-                f"rule {self.name!r} references unknown name(s) {', '.join(unknown)}; "
+                f"{where}rule {self.name!r} references unknown name(s) {', '.join(unknown)}; "
                 f"known names: {', '.join(sorted(known))}"
             )
 
+    def applies(self, values: Mapping[str, Any]) -> bool:
+        return self._when is None or bool(self._eval(self._when, values))
+
     def holds(self, values: Mapping[str, Any]) -> bool:
+        return not self.applies(values) or bool(self._eval(self._tree, values))
+
+    def _eval(self, tree: ast.Expression, values: Mapping[str, Any]) -> Any:
         try:
-            return bool(_evaluate(self._tree, values))
+            return _evaluate(tree, values)
         except KeyError as exc:
             raise RuleError(f"rule {self.name!r}: no value for {exc.args[0]!r}") from None
         except (TypeError, ZeroDivisionError) as exc:
             raise RuleError(f"rule {self.name!r}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Pin:
+    """Values a model or GPU requires: where `when` holds on the deployment's facts, the
+    parameters are fixed to `values` for baselines and trials and leave the search space."""
+
+    name: str
+    when: str
+    values: Mapping[str, Any]
+    message: str
+    source: str = ""
+    origin: str = ""
+    _when: ast.Expression = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.values:
+            raise RuleError(f"pin {self.name!r}: 'set' must name at least one parameter")
+        object.__setattr__(self, "_when", _parse(self.when, f"pin {self.name!r} when"))
+
+    @property
+    def names(self) -> set[str]:
+        return _names(self._when)
+
+    def applies(self, facts: Mapping[str, Any]) -> bool:
+        try:
+            return bool(_evaluate(self._when, facts))
+        except KeyError as exc:
+            raise RuleError(f"pin {self.name!r}: no value for {exc.args[0]!r}") from None
+        except (TypeError, ZeroDivisionError) as exc:
+            raise RuleError(f"pin {self.name!r}: {exc}") from None

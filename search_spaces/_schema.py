@@ -43,7 +43,7 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from search_spaces._rules import Expr, Rule, RuleError
+from search_spaces._rules import Expr, Pin, Rule, RuleError
 
 SPACES_DIR = Path(__file__).parent / "spaces"
 RULES_FILE = SPACES_DIR / "rules.yaml"
@@ -159,6 +159,9 @@ class SearchSpace:
     profile: str | None = None
     # Deployment facts the space was bound to (conditions may name them); empty until bind().
     context: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    pins: tuple[Pin, ...] = ()
+    # Values the deployment's pins fix (their parameters are no longer searched); set by bind().
+    pinned: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def param_names(self) -> tuple[str, ...]:
@@ -176,14 +179,20 @@ class SearchSpace:
 
     def bind(self, context: Mapping[str, Any]) -> SearchSpace:
         """The space for one deployment: hardware-derived bounds resolved, facts kept for the
-        parameters' conditions."""
+        parameters' conditions, and the parameters its pins fix taken out."""
         try:
-            params = tuple(p.bind(context) for p in self.params)
+            pinned: dict[str, Any] = {}
+            for pin in self.pins:
+                # A context without the pin's facts (a partial one, as schema tests bind) has
+                # nothing to pin; the core always binds every deployment fact.
+                if pin.names <= set(context) and pin.applies(context):
+                    pinned.update(pin.values)
+            params = tuple(p.bind(context) for p in self.params if p.name not in pinned)
         except RuleError as exc:
             raise SpaceError(f"search space {self.name!r}: {exc}") from None
         except SpaceError as exc:
             raise SpaceError(f"search space {self.name!r}: {exc}") from None
-        return replace(self, params=params, context=dict(context))
+        return replace(self, params=params, context=dict(context), pinned=pinned)
 
     def restricted(self, names: tuple[str, ...]) -> SearchSpace:
         """The same space and rules with only the named parameters (the others at defaults)."""
@@ -267,6 +276,15 @@ class SearchSpace:
                 rule.check_names(known_params | context_names)
             except RuleError as exc:
                 raise SpaceError(f"search space {self.name!r}: {exc}") from None
+        for pin in self.pins:
+            where = f"{pin.origin}: pin {pin.name!r}"
+            unknown = sorted(pin.names - context_names)
+            if unknown:
+                raise SpaceError(f"{where}: 'when' names {', '.join(unknown)}; it may name "
+                                 f"deployment facts ({', '.join(sorted(context_names))})")
+            bad = sorted(set(pin.values) - known_params)
+            if bad:
+                raise SpaceError(f"{where}: sets unknown parameter(s) {', '.join(bad)}")
 
 
 def _read_yaml(path: Path) -> Any:
@@ -316,6 +334,10 @@ def _parse_param(path: Path, name: str, spec: Any) -> Param:
     return Param(name, kind, when=when)
 
 
+_RULE_KEYS = {"name", "require", "message", "severity", "when", "source"}
+_PIN_KEYS = {"name", "when", "set", "message", "source"}
+
+
 def _parse_rules(path: Path, items: Any) -> tuple[Rule, ...]:
     if items is None:
         return ()
@@ -325,19 +347,58 @@ def _parse_rules(path: Path, items: Any) -> tuple[Rule, ...]:
     for item in items:
         if not isinstance(item, dict) or not {"name", "require", "message"} <= set(item):
             raise SpaceError(f"{path}: every rule needs 'name', 'require' and 'message'")
+        extra = set(item) - _RULE_KEYS
+        if extra:
+            raise SpaceError(f"{path}: rule {item['name']!r}: unknown key(s) "
+                             f"{', '.join(sorted(extra))}")
         try:
             rules.append(Rule(item["name"], str(item["require"]), item["message"],
-                              item.get("severity", "error")))
+                              item.get("severity", "error"),
+                              None if item.get("when") is None else str(item["when"]),
+                              str(item.get("source", "")), str(path)))
         except RuleError as exc:
             raise SpaceError(f"{path}: {exc}") from None
     return tuple(rules)
 
 
+def _parse_pins(path: Path, items: Any) -> tuple[Pin, ...]:
+    if items is None:
+        return ()
+    if not isinstance(items, list):
+        raise SpaceError(f"{path}: 'pins' must be a list")
+    pins = []
+    for item in items:
+        if not isinstance(item, dict) or not {"name", "when", "set", "message"} <= set(item):
+            raise SpaceError(f"{path}: every pin needs 'name', 'when', 'set' and 'message'")
+        extra = set(item) - _PIN_KEYS
+        if extra or not isinstance(item["set"], dict):
+            problem = (f"unknown key(s) {', '.join(sorted(extra))}" if extra
+                       else "'set' must be a mapping of parameter to value")
+            raise SpaceError(f"{path}: pin {item['name']!r}: {problem}")
+        try:
+            pins.append(Pin(item["name"], str(item["when"]), dict(item["set"]), item["message"],
+                            str(item.get("source", "")), str(path)))
+        except RuleError as exc:
+            raise SpaceError(f"{path}: {exc}") from None
+    return tuple(pins)
+
+
 def load_rules_file(path: Path = RULES_FILE) -> tuple[Rule, ...]:
+    return _load_rules_and_pins(path)[0]
+
+
+def load_pins_file(path: Path = RULES_FILE) -> tuple[Pin, ...]:
+    return _load_rules_and_pins(path)[1]
+
+
+def _load_rules_and_pins(path: Path) -> tuple[tuple[Rule, ...], tuple[Pin, ...]]:
     data = _read_yaml(path)
     if not isinstance(data, dict):
         raise SpaceError(f"{path}: expected a mapping with a 'rules' list")
-    return _parse_rules(path, data.get("rules"))
+    extra = set(data) - {"rules", "pins"}
+    if extra:
+        raise SpaceError(f"{path}: unknown key(s) {', '.join(sorted(extra))}")
+    return _parse_rules(path, data.get("rules")), _parse_pins(path, data.get("pins"))
 
 
 def load_space_file(path: Path, common_rules: tuple[Rule, ...] | None = None,
@@ -353,6 +414,7 @@ def load_space_file(path: Path, common_rules: tuple[Rule, ...] | None = None,
     own = {n: _parse_param(path, n, s) for n, s in data["parameters"].items()}
     if common_rules is None:
         common_rules = load_rules_file()
+    pins = load_pins_file()
     if data.get("extends") is None:
         params, rules = tuple(own.values()), common_rules
     else:
@@ -362,7 +424,7 @@ def load_space_file(path: Path, common_rules: tuple[Rule, ...] | None = None,
     rules = rules + _parse_rules(path, data.get("rules"))
     profile = data.get("profile")
     return SearchSpace(str(data.get("name", path.stem)), str(data.get("description", "")),
-                       params, rules, str(profile) if profile is not None else None)
+                       params, rules, str(profile) if profile is not None else None, pins=pins)
 
 
 def _load_base(path: Path, name: str, common_rules: tuple[Rule, ...],

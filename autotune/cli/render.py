@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from autotune.parallelism import Strategy
 from autotune.study import CampaignRequest, Observer, TrialRecord
 
 TUNED = ("max_num_seqs", "max_num_batched_tokens", "block_size", "enable_chunked_prefill",
@@ -31,7 +32,7 @@ def trial_table(records: list[TrialRecord], title: str, limit: int | None = None
     table = Table(title=title, title_justify="left", expand=False)
     shown = records[-limit:] if limit else records
     mixed = len({r.fidelity for r in shown}) > 1  # a multi-fidelity campaign: say which backend
-    for col in ("#", "role", "state", "capacity tok/s", "TTFT p99 ms", "TPOT p99 ms"):
+    for col in ("#", "role", "state", "capacity tok/s", "TTFT p99 ms", "TPOT p99 ms", "layout"):
         table.add_column(col, justify="right" if col != "role" and col != "state" else "left")
     for name in TUNED:
         table.add_column(_SHORT[name], justify="right")
@@ -42,6 +43,7 @@ def trial_table(records: list[TrialRecord], title: str, limit: int | None = None
         table.add_row(str(r.number), f"{r.role} ({r.fidelity})" if mixed else r.role, state,
                       f"{r.capacity_output_tok_s:,.0f}" if r.feasible else "-",
                       _ms(lat.get("ttft_p99_ms")), _ms(lat.get("tpot_p99_ms")),
+                      Strategy.of(r.config).name,
                       *(_arg(r.config.get(n)) for n in TUNED), style=style)
     return table
 
@@ -116,7 +118,8 @@ def comparison_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
     for key, label in (("ttft_p99_ms", "TTFT p99 (ms)"), ("tpot_p99_ms", "TPOT p99 (ms)"),
                        ("itl_p99_ms", "ITL p99 (ms)"), ("e2e_p99_ms", "E2E p99 (ms)")):
         line(label, lambda r, k=key: _ms((r["latency"] or {}).get(k)))
-    for name in TUNED + ("max_model_len", "tensor_parallel_size"):
+    line("parallel layout", lambda r: Strategy.of(r["config"]).name)
+    for name in (*TUNED, "kv_cache_dtype", "max_model_len"):
         line(name, lambda r, n=name: _arg(r["config"].get(n)))
     return table
 

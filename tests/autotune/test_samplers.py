@@ -75,8 +75,9 @@ def test_grid_proposals_vary_only_seqs_and_tokens(migrated_sqlite: str) -> None:
     c, _, _ = _campaign(migrated_sqlite, "grid", trials=5)
     proposed = [t.engine_config for t in c.trials if t.role == "proposed"]
     assert proposed
-    for config in proposed:  # everything else is left to vLLM's defaults
-        assert set(config) == {"max_model_len", "tensor_parallel_size", *GRID_PARAMS}
+    for config in proposed:  # everything else is left to vLLM's defaults (V4's pins are set)
+        assert set(config) == {"max_model_len", "tensor_parallel_size", *GRID_PARAMS,
+                               "block_size", "kv_cache_dtype"}
 
 
 def test_the_grid_is_the_spaces_two_axes() -> None:

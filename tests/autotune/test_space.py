@@ -15,6 +15,9 @@ CPU = DeploymentSpec(name="cpu", model="tiny-llama", gpu="cpu", gpu_count=1,
 LONG = DEMO.model_copy(update={"max_model_len": 65536})
 GQA = DeploymentSpec(name="gqa", model="Llama-3.1-8B", gpu="H100-80GB", gpu_count=1,
                      tensor_parallel_size=1, max_model_len=8192)
+V3 = DeploymentSpec(name="v3", model="DeepSeek-V3", gpu="H200-141GB", gpu_count=8,
+                    tensor_parallel_size=8, max_model_len=32768)
+V32 = V3.model_copy(update={"gpu_count": 32})  # TP 8 x DP 4 with EP, unless overridden
 
 
 def broken(config: EngineConfig, dep: DeploymentSpec = DEMO) -> set[str]:
@@ -25,11 +28,11 @@ def test_the_heuristic_breaks_no_rule() -> None:
     assert broken(guide_heuristic(DEMO)) == set()
 
 
-def test_vllm_default_is_only_known_slow_where_block_16_is_real() -> None:
-    # vLLM's own default (block 16, 1024 sequences) hits the guide's "slow" combination on a
-    # GQA model; DeepSeek-V4's MLA-family kernel pages in 64-token blocks whatever it is given.
-    assert broken(vllm_defaults(GQA), GQA) == {"small_blocks_many_seqs"}
-    assert broken(vllm_defaults(DEMO)) == set()
+def test_vllm_defaults_break_no_rule() -> None:
+    # vLLM 0.34 picks block 64 for a GQA model on a Hopper GPU (16 up to 0.33, which hit the
+    # guide's slow block-16 combination) and DeepSeek-V4's required 256 (pinned).
+    for dep in (GQA, DEMO, V3, CPU):
+        assert broken(vllm_defaults(dep), dep) == set(), dep.name
 
 
 @pytest.mark.parametrize("overrides, dep, rule", [
@@ -42,11 +45,53 @@ def test_vllm_default_is_only_known_slow_where_block_16_is_real() -> None:
     ({"gpu_memory_utilization": 0.95}, LONG, "high_memory_long_context"),
     # DEMO has 8 GPUs and TP 8: a second pipeline stage needs 16.
     ({"pipeline_parallel_size": 2}, DEMO, "parallel_fits_gpus"),
+    ({"long_prefill_token_threshold": 32768}, DEMO, "long_prefill_threshold_within_context"),
+    # The model against its layout (DEMO: 64 heads; Llama: 32 heads, 8 KV heads).
+    ({"tensor_parallel_size": 3}, DEMO, "tp_divides_attention_heads"),
+    ({"tensor_parallel_size": 3}, GQA.model_copy(update={"gpu_count": 4}), "tp_fits_kv_heads"),
+    ({"tensor_parallel_size": 32}, V32, "fp8_block_dense_shards"),
+    ({"tensor_parallel_size": 32, "data_parallel_size": 1, "enable_expert_parallel": False}, V32,
+     "fp8_block_expert_shards"),
+    ({"enable_expert_parallel": True}, GQA, "expert_parallel_needs_experts"),
+    ({"data_parallel_size": 3, "tensor_parallel_size": 1, "enable_expert_parallel": True},
+     DEMO, "experts_even_over_ep"),
+    # DeepSeek-V4's kernels: 256-token blocks, an fp8 cache on Hopper.
+    ({"block_size": 64}, DEMO, "dsv4_block_size"),
+    ({"kv_cache_dtype": "bfloat16"}, DEMO, "dsv4_fp8_kv_cache"),
+    # DeepSeek-V3 on Hopper with an fp8 cache: a 16-token block precludes FlashMLA.
+    ({"kv_cache_dtype": "fp8", "block_size": 16}, V3, "mla_fp8_kv_block_for_flashmla"),
 ])
 def test_each_rule(overrides: dict, dep: DeploymentSpec, rule: str) -> None:
     base = guide_heuristic(dep)
     assert rule not in broken(base, dep)
     assert rule in broken(base.merged(**overrides), dep)
+
+
+def test_a_rule_on_the_deployments_facts_alone_refuses_the_deployment() -> None:
+    from autotune.errors import ConfigError
+    from autotune.space import deployment_space
+
+    a100 = DEMO.model_copy(update={"gpu": "A100-80GB"})
+    with pytest.raises(ConfigError, match=r"cannot be served: dsv4_needs_hopper_or_blackwell.*"
+                                          r"compute capability 80 here.*sparse_mla\.py"):
+        deployment_space("chat", a100)
+    too_long = DEMO.model_copy(update={"model": "DeepSeek-V3", "max_model_len": 200_000})
+    with pytest.raises(ConfigError, match=r"context_within_model_limit: max_model_len 200000 is "
+                                          r"above the model's limit \(163840\)"):
+        deployment_space("chat", too_long)
+
+
+def test_a_layout_the_model_refuses_names_the_ones_it_allows() -> None:
+    from autotune.errors import ConfigError
+    from autotune.space import deployment_space
+
+    three = DEMO.model_copy(update={"gpu_count": 3, "tensor_parallel_size": 3})
+    with pytest.raises(ConfigError, match=r"layout TP3 is refused \(tp_divides_attention_heads: "
+                                          r".*\(64\).*\(3\).*the rules allow DP3\+EP \(--tp 1\)"):
+        deployment_space("chat", three)
+    # Chosen with --tp 1, the layout is DP3+EP: one layout, so nothing to search.
+    space = deployment_space("chat", three.model_copy(update={"tensor_parallel_size": 1}))
+    assert "parallelism" not in space.param_names
 
 
 def test_unset_arguments_are_checked_at_vllms_default() -> None:

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from autotune.baselines import BASELINES
 from autotune.deployment import DEMO, DeploymentSpec
 from autotune.engine_config import EngineConfig
 from autotune.errors import SearchSpaceError
 from autotune.space import (
+    baseline_configs,
     check_searchable,
     deployment_space,
     load_search_space,
@@ -50,24 +50,40 @@ def test_bounds_come_from_memory_and_context() -> None:
     assert max(small.param("max_num_batched_tokens").choices) == 16384
 
 
-def test_parallel_layout_only_where_the_simulator_models_it() -> None:
+def test_the_parallel_layouts_are_those_of_all_the_gpus_the_model_allows() -> None:
     dense, moe = deployment_space("chat", DENSE), deployment_space("chat", DEMO)
-    assert all(dense.is_active(dense.param(n), {})
-               for n in ("tensor_parallel_size", "data_parallel_size"))
-    # DeepSeek-V4 is MoE: vLLM couples its DP replicas, the simulator does not model that.
-    assert not any(moe.is_active(moe.param(n), {})
-                   for n in ("tensor_parallel_size", "data_parallel_size"))
-    cpu, gpu = deployment_space("chat", CPU), deployment_space("chat", DEMO)
+    # A dense model: TP over all eight GPUs or DP x TP replicas; no expert parallelism.
+    assert dense.param("parallelism").choices == ("TP8", "DP2xTP4", "DP4xTP2", "DP8")
+    # An MoE model: TP, TP+EP and data-parallel attention with EP (DEP), never DP without EP.
+    assert moe.param("parallelism").choices == ("TP8", "TP8+EP", "DP2xTP4+EP", "DP4xTP2+EP",
+                                                "DP8+EP")
+    assert "parallelism" not in deployment_space("chat", SMALL_GPU).param_names  # one GPU
+    cpu, gpu = deployment_space("chat", CPU), deployment_space("chat", DENSE)
     assert not cpu.is_active(cpu.param("kv_cache_dtype"), {})  # no fp8 KV on the CPU build
     assert gpu.is_active(gpu.param("kv_cache_dtype"), {})
+
+
+def test_a_value_the_model_requires_is_pinned_not_searched() -> None:
+    v4 = deployment_space("chat", DEMO)
+    assert dict(v4.pinned) == {"block_size": 256, "kv_cache_dtype": "fp8"}
+    assert "block_size" not in v4.param_names and "kv_cache_dtype" not in v4.param_names
+    assert deployment_space("chat", DENSE).pinned == {}
+    # Baselines and trials run with the pins (vLLM would refuse the guide's block 32).
+    configs = baseline_configs(DEMO)
+    assert {c.block_size for c in configs.values()} == {256}
+    assert set(configs) == {"vllm-default", "guide-heuristic", "vllm-recipe"}
+    assert configs["vllm-recipe"].enable_expert_parallel
+    assert "vllm-recipe" not in baseline_configs(CPU)  # no recipe for the tiny model
 
 
 @pytest.mark.parametrize("space", ["chat", "batch", "default", "chat-speculative"])
 @pytest.mark.parametrize("dep", [DEMO, DENSE, SMALL_GPU, CPU], ids=lambda d: d.name)
 def test_every_baseline_lies_inside_every_builtin_space(space: str, dep: DeploymentSpec) -> None:
     bound = deployment_space(space, dep)
-    for role, make in BASELINES.items():
-        params = space_params(bound, make(dep), dep)
+    configs = baseline_configs(dep)
+    assert configs
+    for role, config in configs.items():
+        params = space_params(bound, config, dep)
         assert params, role
 
 

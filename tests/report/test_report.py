@@ -148,7 +148,8 @@ def test_marks_infeasible_trials(report_db: ReportDb, report_dir: Path) -> None:
 
 def test_compares_winner_incumbent_and_baselines(report_dir: Path) -> None:
     rows = _parse(report_dir / "index.html").rows["comparison"]
-    assert rows[0][1][1:] == ["winner", "incumbent", "vllm-default", "guide-heuristic"]
+    assert rows[0][1][1:] == ["winner", "incumbent", "vllm-default", "guide-heuristic",
+                              "vllm-recipe"]
     measured_as = dict((cells[0], cells[1:]) for _, cells in rows[1:])["measured as"]
     assert measured_as[1].startswith("2026Q3: campaign 2026Q3, trial ")
     labels = [cells[0] for _, cells in rows]

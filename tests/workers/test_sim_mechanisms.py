@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autotune.deployment import DeploymentSpec
+from autotune.baselines import vllm_defaults
+from autotune.deployment import DEMO, DeploymentSpec
 from autotune.engine_config import EngineConfig
 from autotune.errors import EngineStartError
 from autotune.records import ReplayResult
@@ -175,12 +176,17 @@ def test_an_engine_short_of_memory_fails_to_start_as_oom(utilization: float, mes
     assert start.value.failure_class == "oom"
 
 
-def test_mla_caches_are_paged_in_multiples_of_64_on_gpus() -> None:
+def test_the_block_size_is_the_engines_and_one_vllm_refuses_is_refused() -> None:
+    # vLLM pages in --block-size as given (a backend that cannot take it is skipped): no
+    # rounding to a kernel multiple.
     dep = DeploymentSpec(name="v3", model="DeepSeek-V3", gpu="H200-141GB", gpu_count=8,
                          tensor_parallel_size=8, max_model_len=16384)
-    assert perf_for(dep, block_size=16).block_size == 64
-    assert perf_for(dep, block_size=128).block_size == 128
+    assert perf_for(dep, block_size=16).block_size == 16
     assert perf_for(L40S, block_size=16).block_size == 16
+    # DeepSeek-V4's kernels take only multiples of 256: a start with 64 fails as vLLM's does.
+    with pytest.raises(EngineStartError, match=r"No common block size.*rule dsv4_block_size"):
+        SimulatorBackend().start(vllm_defaults(DEMO).merged(block_size=64), DEMO)
+    assert perf_for(DEMO, block_size=512).block_size == 512
 
 
 def test_decode_batches_pad_to_cuda_graph_sizes() -> None:

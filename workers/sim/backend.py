@@ -15,6 +15,7 @@ from autotune.engine_config import EngineConfig
 from autotune.errors import EngineStartError
 from autotune.records import CalibrationResult, Measurement, ReplayResult
 from autotune.settings import get_settings
+from autotune.space import engine_refusals
 from autotune.traffic.trace import Trace
 from workers.sim.perf import EngineShape, PerfModel, StartFailure
 from workers.sim.profile import Profile, find_profile, load_profile, save_profile
@@ -43,12 +44,11 @@ def _check_parallel(values: dict[str, Any], deployment: DeploymentSpec) -> None:
     if gpus > deployment.gpu_count:
         raise StartFailure(f"tensor x pipeline x data parallel size needs {gpus} GPUs; the "
                            f"deployment has {deployment.gpu_count}", "invalid_args")
-    if values["data_parallel_size"] > 1 and deployment.model_info.num_experts:
-        # vLLM's DP couples the replicas of an MoE model (lockstep MoE layers, experts sharded
-        # over DP x TP): the simulator's independent replicas would overstate it.
-        raise StartFailure("the simulator models data parallelism as independent replicas, "
-                           "which vLLM's data-parallel MoE engines are not; not simulated",
-                           "invalid_args")
+    if (values["data_parallel_size"] > 1 and deployment.model_info.num_experts
+            and not values["enable_expert_parallel"]):
+        # Without EP vLLM splits every expert over all DP x TP ranks: not modelled (DEP is).
+        raise StartFailure("the simulator models data parallelism of an MoE model with expert "
+                           "parallelism (DEP) only; add enable_expert_parallel", "invalid_args")
 
 
 def _check_modelled(values: dict[str, Any]) -> None:
@@ -63,12 +63,22 @@ def _check_modelled(values: dict[str, Any]) -> None:
                            "(speculative_config); not simulated", "invalid_args")
 
 
+def _check_rules(config: EngineConfig, deployment: DeploymentSpec) -> None:
+    """What vLLM refuses for this model and GPU (the common rules of severity error), refused
+    here too: the simulator never measures a config a real engine would not start."""
+    refused = engine_refusals(config, deployment)
+    if refused:
+        v = refused[0]
+        raise StartFailure(f"{v.message} (rule {v.rule}; {v.source})", "invalid_args")
+
+
 def engine_shape(config: EngineConfig, deployment: DeploymentSpec) -> EngineShape:
     values = effective_values(config, deployment)
     try:
         _check_args(values, deployment.gpu_info.device)
         _check_modelled(values)
         _check_parallel(values, deployment)
+        _check_rules(config, deployment)
     except StartFailure as exc:
         raise EngineStartError(f"simulated engine failed to start: {exc}",
                                exc.failure_class) from None

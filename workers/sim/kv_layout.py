@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from autotune.catalogue import DSV4, GQA, MLA, Model
 from autotune.errors import ConfigError
 
-KV_DTYPE_BYTES = {"auto": 2.0, "bfloat16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
+KV_DTYPE_BYTES = {"auto": 2.0, "bfloat16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0,
+                  "fp8_ds_mla": 1.0}  # its per-entry scales are not counted
 
 
 @dataclass(frozen=True)
@@ -32,14 +33,17 @@ class KVLayout:
     attended_cap_tokens: float  # a query attends to at most this many tokens (inf: all)
 
 
-def kv_layout(model: Model, kv_cache_dtype: str, tensor_parallel_size: int) -> KVLayout:
+def kv_layout(model: Model, kv_cache_dtype: str, tensor_parallel_size: int,
+              min_q_heads: int = 0) -> KVLayout:
+    """min_q_heads: the query heads per rank a kernel pads to (DeepSeek-V4's FlashMLA decode
+    kernel runs 64 or 128, so 8 heads per rank at TP8 cost as much as 64)."""
     try:
         elem = KV_DTYPE_BYTES[kv_cache_dtype]
     except KeyError:
         raise ConfigError(f"kv_cache_dtype {kv_cache_dtype!r} is not one of "
                           f"{', '.join(KV_DTYPE_BYTES)}") from None
     tp, layers = tensor_parallel_size, model.num_layers
-    heads_gpu = max(1.0, model.num_heads / tp)
+    heads_gpu = max(1.0, model.num_heads / tp, float(min_q_heads))
     if model.attention == GQA:
         kv_heads_gpu = max(1.0, model.num_kv_heads / tp)
         per_token = 2 * kv_heads_gpu * model.head_dim * elem * layers

@@ -13,11 +13,23 @@ share of the efficiencies), plus tensor-parallel all-reduces, CPU costs per step
 (more for the first few of a step) and per prompt token, and the block-table walk. Decode-only
 batches are padded to CUDA-graph capture sizes; without graphs (`enforce_eager`, or a batch
 above `max_cudagraph_capture_size`) every layer pays its kernel launches.
-The CUDA-graph pool grows with the largest capture size. Without async scheduling
-the CPU's share of a step (scheduling, input preparation, output handling) runs between GPU
-steps and adds to them; with it, vLLM prepares step n+1 while the GPU runs step n, so a step
+The CUDA-graph pool grows with the largest capture size. Without async scheduling the CPU's
+share of a step (scheduling, input preparation, output handling) runs between GPU steps and
+adds to them; with it, vLLM prepares step n+1 while the GPU runs step n, so a step
 takes the longer of the two (the residual synchronisation is not modelled). Coefficients come
 from a profile.
+
+Parallel layouts: tensor parallelism splits every layer over the ranks (all-reduces after
+attention and after each MLP/MoE layer). With expert parallelism the routed experts sit whole
+on their ranks; under TP (TEP) every rank already holds every token, so the MoE layer ends in
+the same all-reduce. With data-parallel attention (DEP) each MoE layer gathers the other
+ranks' tokens and reduce-scatters the results (vLLM's default all2all backend,
+allgather_reducescatter), priced by a bandwidth/latency model of the GPU's link: the catalogue
+has no measured all-to-all. Under DEP each DP rank is an engine of its own
+(attention weights and KV cache replicated per rank, its own requests, simulated as a
+replica) whose MoE layers serve the tokens of all ranks in lockstep: a rank's MoE step is
+priced for its batch times the DP size, the balanced-ranks approximation (an idle rank's dummy
+step and imbalance between ranks are not modelled).
 """
 
 from __future__ import annotations
@@ -26,14 +38,12 @@ import bisect
 import math
 from dataclasses import dataclass
 
-from autotune.catalogue import DSV4, GPU, MLA, Model
+from autotune.catalogue import DSV4, GPU, Model
 from workers.sim.kv_layout import kv_layout
 from workers.sim.profile import Profile
 
 GIB = 2**30
-# vLLM's MLA kernels (FlashMLA) page the cache in multiples of 64 tokens on GPUs: a smaller
-# --block-size is raised to the least common multiple.
-MLA_BLOCK_MULTIPLE = 64
+DSV4_PADDED_Q_HEADS = 64
 
 
 class StartFailure(Exception):
@@ -60,6 +70,8 @@ class EngineShape:
     async_scheduling: bool = False
     # None = vLLM's default, min(2 * max_num_seqs, 512); capped at max_num_batched_tokens.
     max_cudagraph_capture_size: int | None = None
+    data_parallel_size: int = 1
+    enable_expert_parallel: bool = False
 
 
 def cudagraph_sizes(max_num_seqs: int, max_capture_size: int | None = None,
@@ -79,15 +91,26 @@ class PerfModel:
         self.gpu, self.model, self.shape, self.profile = gpu, model, shape, profile
         c = profile.coefficients
         tp = shape.tensor_parallel_size
-        self.layout = kv_layout(model, shape.kv_cache_dtype, tp)
-        bs = shape.block_size
-        if gpu.device == "gpu" and model.attention in (MLA, DSV4):
-            bs = math.lcm(bs, MLA_BLOCK_MULTIPLE)
-        self.block_size = bs
+        # DeepSeek-V4's FlashMLA kernel pads a rank's query heads to 64 (get_padded_num_q_heads).
+        self.layout = kv_layout(model, shape.kv_cache_dtype, tp, min_q_heads=(
+            DSV4_PADDED_Q_HEADS if gpu.device == "gpu" and model.attention == DSV4 else 0))
+        # vLLM pages in --block-size as given: a size the attention kernel cannot take is
+        # refused by the rules before a start (DeepSeek-V4: 256), never rounded here.
+        bs = self.block_size = shape.block_size
         self.routed_params = min(model.routed_expert_params, model.total_params_b * 1e9)
         self.dense_params = model.total_params_b * 1e9 - self.routed_params
         self.k_over_e = model.experts_per_token / model.num_experts if model.num_experts else 0.0
-        self.weight_bytes_gpu = model.weight_bytes / tp
+        # Expert parallelism: experts whole over tp x dp ranks; else split over the TP ranks.
+        # A DP rank's MoE layers serve every rank's tokens (lockstep, balanced ranks).
+        self.expert_ranks = tp * shape.data_parallel_size if shape.enable_expert_parallel else tp
+        self.moe_token_factor = shape.data_parallel_size if (
+            shape.enable_expert_parallel and model.num_experts) else 1
+        self.active_expert_params = min(
+            model.experts_per_token * self.routed_params / model.num_experts
+            if model.num_experts else 0.0, model.active_params_b * 1e9)
+        self.weight_bytes_gpu = (self.dense_params * model.dense_bytes_per_param / tp
+                                 + self.routed_params * model.expert_bytes_per_param
+                                 / self.expert_ranks)
         self.hbm_bps = gpu.hbm_tb_s * 1e12 * c.hbm_efficiency
         peak = gpu.fp8_tflops if model.dense_bytes_per_param <= 1 else gpu.bf16_tflops
         self.flops = peak * 1e12 * c.compute_efficiency
@@ -167,15 +190,28 @@ class PerfModel:
         if cached is not None:
             return cached
         m, c = self.model, self.profile.coefficients
-        tp = self.shape.tensor_parallel_size
-        touched = 1.0 - (1.0 - self.k_over_e) ** tokens if self.k_over_e else 0.0
-        weight_bytes = (self.dense_params * m.dense_bytes_per_param
-                        + self.routed_params * touched * m.expert_bytes_per_param) / tp
-        linear_flops = 2 * m.active_params_b * 1e9 * tokens / tp
+        tp, ranks = self.shape.tensor_parallel_size, self.expert_ranks
+        moe_tokens = tokens * self.moe_token_factor  # every DP rank's tokens reach the experts
+        touched = 1.0 - (1.0 - self.k_over_e) ** moe_tokens if self.k_over_e else 0.0
+        weight_bytes = (self.dense_params * m.dense_bytes_per_param / tp
+                        + self.routed_params * touched * m.expert_bytes_per_param / ranks)
+        dense_active = m.active_params_b * 1e9 - self.active_expert_params
+        linear_flops = 2 * (dense_active * tokens / tp
+                            + self.active_expert_params * moe_tokens / ranks)
         base = max(weight_bytes / self.hbm_bps, linear_flops / self.flops)
-        if tp > 1:
-            base += 2 * m.num_layers * (c.allreduce_latency_s + tokens * m.hidden_size * 2 * 2
-                                        * (tp - 1) / tp / (self.gpu.link_gb_s * 1e9))
+        link_bps = self.gpu.link_gb_s * 1e9
+        dp = self.shape.data_parallel_size
+        dep = self.shape.enable_expert_parallel and dp > 1 and m.num_experts > 0
+        if dep:
+            # vLLM's default all2all backend (allgather_reducescatter): before each MoE layer a
+            # rank gathers the other DP ranks' tokens (bf16 hidden states), after it
+            # reduce-scatters their results back.
+            gathered_bytes = tokens * (dp - 1) * m.hidden_size * 2
+            base += 2 * m.moe_layers * (c.allreduce_latency_s + gathered_bytes / link_bps)
+        if tp > 1:  # after attention on every layer, after each MLP (MoE: not under DEP)
+            allreduces = 2 * m.num_layers - (m.moe_layers if dep else 0)
+            base += allreduces * (c.allreduce_latency_s
+                                  + tokens * m.hidden_size * 2 * 2 * (tp - 1) / tp / link_bps)
         if not graphed and (not self.graphs or tokens > self.graphs[-1]):
             base += c.eager_layer_s * m.num_layers  # (piecewise) graphs cover the rest
         self._base_cache[key] = base
