@@ -85,7 +85,7 @@ def candidates(gpu_count: int, moe: bool, families: tuple[str, ...] = FAMILIES) 
         options = [Strategy(tp, dp, False)] + ([Strategy(tp, dp, True)] if moe else [])
         for s in options:
             dense_dp_only = s.family == "dp" and moe  # vLLM couples MoE ranks: use DEP
-            ep_without_moe = s.expert_parallel and not moe
-            if s.family in families and not dense_dp_only and not ep_without_moe:
+            pointless_ep = s.expert_parallel and (not moe or s.gpus == 1)
+            if s.family in families and not dense_dp_only and not pointless_ep:
                 out.append(s)
     return out

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from autotune.engine_config import EngineConfig
 from autotune.errors import ConfigError, NotFoundError
+from autotune.space import engine_refusals
 from autotune.storage import repo
 from autotune.storage.models import Publication
 
@@ -59,6 +60,12 @@ def publish_campaign(session: Session, campaign_name: str, *, deployment: str | 
         if not trial.feasible:
             raise ConfigError(f"trial {trial_number} of campaign {campaign.name!r} is not "
                               "feasible (it broke the SLO, a rule, or failed); pick another")
+    refused = engine_refusals(EngineConfig(**trial.engine_config), repo.spec_of(campaign.deployment))
+    if refused:
+        v = refused[0]
+        raise ConfigError(f"trial {trial.number} of campaign {campaign.name!r} breaks rule "
+                          f"{v.rule} ({v.message}; {v.source}): vLLM would not start it, so it "
+                          "is not published; tune again with this autotune's rules")
     period = period_label or default_period(campaign.name, repo.now())
     return repo.publish(session, campaign, trial, period_label=period,
                         published_by=published_by, note=note)

@@ -222,12 +222,16 @@ def _common_rules() -> tuple[Rule, ...]:
     return load_rules_file()
 
 
+def common_rule_violations(config: EngineConfig, dep: DeploymentSpec) -> list[Violation]:
+    """The rules of rules.yaml a config breaks, whatever space it came from."""
+    values = {**effective_values(config, dep), **dep.rule_context()}
+    return [_violation(r, values) for r in _common_rules() if not r.holds(values)]
+
+
 def engine_refusals(config: EngineConfig, dep: DeploymentSpec) -> list[Violation]:
     """The common rules of severity error a config breaks: what vLLM itself refuses (or
-    fails to start with) for this model and GPU, whatever space it came from."""
-    values = {**effective_values(config, dep), **dep.rule_context()}
-    return [_violation(r, values) for r in _common_rules()
-            if r.severity == "error" and not r.holds(values)]
+    fails to start with) for this model and GPU."""
+    return [v for v in common_rule_violations(config, dep) if v.severity == "error"]
 
 
 def _violation(rule: Rule, values: dict[str, Any]) -> Violation:

@@ -35,6 +35,7 @@ from autotune import budget as budgets
 from autotune import confirm, resume
 from autotune import multifidelity as mf
 from autotune.baselines import BASELINES, deployment_args
+from autotune.check import resolved
 from autotune.confirm import ConfirmPlan
 from autotune.deployment import DeploymentSpec
 from autotune.engine_config import EngineConfig
@@ -483,6 +484,13 @@ class StudyController:
                 or EngineConfig(**deployment_args(dep)))
         # Define-by-run: a conditional parameter is suggested only when its feature is on.
         config = config_for(self.space, base, self.plan.space.suggest(trial))
+        # The trial record shows what vLLM will run: its defaults, its silent overrides, pins.
+        effective, overridden = resolved(config, dep)
+        trial.set_user_attr("vllm_effective", effective)
+        if overridden:
+            trial.set_user_attr("vllm_overrides", overridden)
+        if self.space.pinned:
+            trial.set_user_attr("pinned", dict(self.space.pinned))
         broken = violations(self.space, config, dep)
         # Baselines are references: they run unless they are known to fail.
         blocking = [v for v in broken if role == PROPOSED or v.severity == "error"]

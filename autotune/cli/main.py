@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from datetime import UTC, datetime
@@ -404,6 +405,42 @@ def _backend_options(backend: str, settings: Any, model_path: str | None,
     if settings.engine.server_command():
         options["command"] = settings.engine.server_command()
     return options
+
+
+# -- check-config -------------------------------------------------------------------------------
+@app.command("check-config", context_settings={"allow_extra_args": True,
+                                                "ignore_unknown_options": True})
+def check_config(
+    ctx: typer.Context,
+    model: Annotated[str, typer.Option(help="Model (catalogue name).")],
+    gpu: Annotated[str, typer.Option(help="GPU (catalogue name).")],
+    gpus: Annotated[int, typer.Option(help="GPUs the engine may use.")],
+    yaml_file: Annotated[Path | None, typer.Option(
+        "--yaml", help="A `vllm serve --config` file (or a published config's YAML).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Check a hand-written config against the rules vLLM enforces for the model and GPU, each
+    with its vLLM source: `autotune check-config --model M --gpu G --gpus N --yaml FILE` or
+    `... -- --tensor-parallel-size 8 --block-size 16`. Prints the rules it breaks and the values
+    vLLM will use. Exit 0: vLLM would start it (rules known to be slow are warnings); 1: a rule
+    says vLLM refuses it; 2: bad input."""
+    from autotune import check
+
+    if (yaml_file is None) == (not ctx.args):
+        raise ConfigError("give the config either as --yaml FILE or as engine arguments after "
+                          "`--` (e.g. -- --tensor-parallel-size 8), not both or neither")
+    if gpus < 1:
+        raise ConfigError("--gpus must be at least 1")
+    values, unknown = (check.read_config_file(yaml_file) if yaml_file is not None
+                       else check.parse_cli_args(list(ctx.args)))
+    result = check.check_config(values, model=model, gpu=gpu, gpus=gpus, unchecked=unknown)
+    if as_json:
+        print(json.dumps(result.to_json()))
+    else:
+        for line in check.render(result):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+    if result.refused:
+        raise typer.Exit(1)
 
 
 # -- publish / read -----------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import pytest
 from autotune.baselines import guide_heuristic, vllm_defaults
 from autotune.deployment import DEMO, DeploymentSpec
 from autotune.engine_config import EngineConfig
-from autotune.space import deployment_space, load_search_space
+from autotune.space import deployment_space, engine_args, load_search_space
 from search_spaces._schema import builtin_names
 from tests.conftest import engine_python
 
@@ -42,7 +42,7 @@ print("RESULT " + json.dumps(out))
 _engine_python = engine_python
 
 
-# A dense model on 8 GPUs: the spaces' tensor / data parallel sizes are active there.
+# A dense model on 8 GPUs: the spaces' DP x TP layouts are active there (DEMO's TEP and DEP).
 DENSE = DeploymentSpec(name="dense", model="Llama-3.1-8B", gpu="H100-80GB", gpu_count=8,
                        tensor_parallel_size=8, max_model_len=8192)
 
@@ -56,7 +56,7 @@ def _configs() -> list[EngineConfig]:
         for dep in (DEMO, DENSE):
             for p in deployment_space(name, dep).params:
                 for value in p.grid() if p.type != "int" else (int(p.low), int(p.high), 100):
-                    configs.append(base.merged(**{p.name: value}))
+                    configs.append(base.merged(**engine_args({p.name: value})))
     # Arguments no built-in space tunes (pipeline parallelism) or tunes only in part (chat-
     # speculative offers mtp drafting only).
     configs += [base.merged(pipeline_parallel_size=2),

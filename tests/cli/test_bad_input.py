@@ -51,6 +51,19 @@ def _assert_one_line_error(proc, fragment: str) -> None:  # type: ignore[no-unty
     (lambda tmp: ["--max-gpu-hours", "nan"], "--max-gpu-hours must be positive"),
     (lambda tmp: ["--space", "chat-speculative"],
      "searches speculative_config, which the simulator does not model"),
+    # A rule file's problems name the file and the rule.
+    (lambda tmp: ["--space", str(_file(
+        tmp, "m.yaml", "parameters:\n  max_num_seqs: {type: int, low: 8, high: 1024, log: true}\n"
+                       "rules:\n  - {name: mine, require: 'max_num_seqs >', message: m}\n"))],
+     "m.yaml: rule 'mine': cannot parse"),
+    (lambda tmp: ["--space", str(_file(
+        tmp, "f.yaml", "parameters:\n  max_num_seqs: {type: int, low: 8, high: 1024, log: true}\n"
+                       "rules:\n  - {name: mine, when: 'num_heads > 2', require: 'max_num_seqs > 8', "
+                       "message: m}\n"))],
+     "f.yaml: rule 'mine' references unknown name(s) num_heads"),
+    # A deployment vLLM cannot serve: the layout, the GPU generation.
+    (lambda tmp: ["--gpus", "3"], "the layout TP3 is refused (tp_divides_attention_heads"),
+    (lambda tmp: ["--gpu", "A100-80GB"], "cannot be served: dsv4_needs_hopper_or_blackwell"),
 ])
 def test_bad_tune_input_writes_nothing(tmp_path: Path, migrated_sqlite: str, make_args,  # type: ignore[no-untyped-def]
                                        fragment: str) -> None:
