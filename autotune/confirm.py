@@ -116,10 +116,11 @@ class TrialRow:
     repeat_of: int | None = None
 
 
-def candidates(trials: Sequence[TrialRow], top: int, *, include_role: str = "incumbent"
-               ) -> list[Candidate]:
-    """The top `top` distinct feasible configs by search capacity, plus the `include_role`
-    trial's config (the incumbent) when it was feasible and is not among them."""
+def candidates(trials: Sequence[TrialRow], top: int, *,
+               include_roles: tuple[str, ...] = ("incumbent",)) -> list[Candidate]:
+    """The top `top` distinct feasible configs by search capacity, plus the first trial of
+    each of `include_roles` (the incumbent; a path's single config) when it was feasible and is
+    not among them: the winner must beat what it would replace under the same seeds."""
     firsts = [t for t in trials if t.feasible and t.state == "measured" and t.repeat_of is None]
     firsts.sort(key=lambda t: (-t.capacity_output_tok_s, t.number))
     picked: list[Candidate] = []
@@ -135,9 +136,10 @@ def candidates(trials: Sequence[TrialRow], top: int, *, include_role: str = "inc
         if len(picked) >= top:
             break
         add(t)
-    extra = [t for t in trials if t.role == include_role and t.feasible and t.state == "measured"]
-    if extra and top > 0:
-        add(extra[0])
+    for role in include_roles:
+        extra = [t for t in trials if t.role == role and t.feasible and t.state == "measured"]
+        if extra and top > 0:
+            add(extra[0])
     return picked
 
 

@@ -49,7 +49,7 @@ from autotune.slo import SLO
 from autotune.space import space_name_for
 from autotune.storage import repo
 from autotune.storage.models import Campaign, Deployment, Publication
-from autotune.study import CampaignRequest, Reference
+from autotune.study import SINGLE_CONFIG, CampaignRequest, Reference
 from autotune.traffic.split import PATH_NAMES, split_into
 from autotune.traffic.trace import Trace
 
@@ -64,7 +64,6 @@ PATH_PROFILES = {"hot": "chat", "warm": "batch", "cold": "batch"}
 # Below 50 requests a P99 is one of the two slowest requests: one outlier would pick the config.
 MIN_PATH_REQUESTS = 50
 PATH_ATTR = "autotune:path"  # Optuna study user attribute of a path campaign
-SINGLE_CONFIG = "single-config"  # the comparison role of the whole trace's winner
 _RULES = {"hot": f"max_tokens (else output tokens) <= {HOT_MAX_TOKENS}",
           "warm": f"not hot, first prefix block shared by >= {WARM_MIN_SHARE:.0%} of requests",
           "cold": "not hot, not warm"}
@@ -156,12 +155,15 @@ def path_requests(parent: CampaignRequest, plans: list[PathPlan], *, slos: dict[
 
 
 def with_single_config(request: CampaignRequest, config: dict[str, Any] | None) -> CampaignRequest:
-    """The path's request measuring the whole trace's winner beside its own (None: the
-    parent found no feasible config, so there is nothing to compare)."""
+    """The path's request starting its search from the whole trace's winner (its first trial,
+    and a confirmation candidate, so the path's winner beats it under the same seeds, or is
+    it), and measuring it beside the path's own winner (None: the parent found no feasible
+    config, so there is nothing to start from or compare)."""
     if config is None:
         return request
-    return dataclasses.replace(request, compare=(Reference(SINGLE_CONFIG, SINGLE_CONFIG,
-                                                           dict(config)),))
+    single = Reference(SINGLE_CONFIG, SINGLE_CONFIG, dict(config))
+    return dataclasses.replace(request, references=(*request.references, single),
+                               compare=(single,))
 
 
 def single_config(campaign: Campaign) -> dict[str, Any] | None:

@@ -65,6 +65,8 @@ MAX_INFRA_FAILURES_IN_A_ROW = 3  # then the cluster, not the configs, is what fa
 INFRA_FAILURES = ("infrastructure", "worker_error")
 ENGINE_FAILURES = ("oom", "invalid_args", "start_timeout", "start_failed", "engine_crash")
 COMPARE_ATTR = "autotune:compare"  # study user attr: the comparison configs' results
+# The role of a path campaign's warm start: the whole trace's winner (autotune.per_path).
+SINGLE_CONFIG = "single-config"
 
 
 @dataclass(frozen=True)
@@ -414,7 +416,8 @@ class StudyController:
                                      capacity_output_tok_s=t.capacity_output_tok_s,
                                      config=dict(t.config), repeat_of=t.repeat_of)
                     for t in self.records if t.fidelity == r.backend]  # never a screening one
-            chosen = confirm.candidates(rows, r.confirm.top)
+            chosen = confirm.candidates(rows, r.confirm.top,
+                                        include_roles=("incumbent", SINGLE_CONFIG))
             confirmed = confirm.run(self.executor, template, chosen, r.confirm)
         compared = self._compare(template)
         if self._lease is not None:

@@ -1,6 +1,6 @@
 """How fast each sampler reaches the best config: best capacity after 10, 20, 30 and 40 trials
-for our default sampler (constrained TPE), random search and a vLLM auto-tune style grid, as a
-percentage of the optimum an exhaustive grid finds over the same space, median over seeds, all
+for our default sampler (constrained TPE), random search, a vLLM auto-tune style grid and, where
+torch is installed, Optuna's GP sampler, as a percentage of the optimum an exhaustive grid finds over the same space, median over seeds, all
 in one run. With both traces, `pct_of_optimum` is the mean over the traces of each trace's
 median over seeds: a median pooled over the two traces lands between their modes (chat-like
 runs sit near 70% at 10 trials, document-like ones near 99%) and says little about either.
@@ -21,19 +21,21 @@ sampler run (the simulator is deterministic for a seed), so the sampler runs cos
 time; measurements are also kept on disk (benchmarks/.cache/, keyed by a digest of the trace,
 SLO, search, deployment and the simulator's source), so a second run, or --quick after a full
 one, skips the grid. A sampler run is the controller's loop in an in-memory study: vLLM's
-defaults and the guide's heuristic enqueued first, rule breakers told infeasible for free (not
-counted as trials), repeats reuse their measurement (not counted), at most 10 asks per trial, as
-the controller (autotune/study.py) counts them; constraints set on every trial.
+defaults, the guide's heuristic and vLLM's recipe enqueued first, rule breakers told infeasible
+for free (not counted as trials), repeats reuse their measurement (not counted as trials;
+counted apart, `repeats_per_seed`), at most 10 asks per trial, as the controller
+(autotune/study.py) counts them; constraints set on every trial.
 
 Usage: .venv/bin/python benchmarks/search_efficiency.py [--quick] [--seeds N] [--jobs N]
-Prints a table, then one JSON line with pct_of_optimum, gain_vs_default_pct and
-gain_vs_heuristic_pct.
+Prints a table, then one JSON line with pct_of_optimum, gain_vs_default_pct,
+gain_vs_heuristic_pct, gain_vs_recipe_pct and repeats_per_seed.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import statistics
@@ -48,7 +50,7 @@ import optuna
 from rich.console import Console
 from rich.table import Table
 
-from autotune.baselines import BASELINES
+from autotune.baselines import deployment_args
 from autotune.capacity import run_trial
 from autotune.deployment import DEMO, DeploymentSpec
 from autotune.engine_config import EngineConfig
@@ -56,7 +58,13 @@ from autotune.objective import is_feasible, outcome_constraints, rejected_constr
 from autotune.records import CapacitySearch, TrialSpec
 from autotune.samplers import make_sampler
 from autotune.slo import parse_slo
-from autotune.space import deployment_space, space_params, violations
+from autotune.space import (
+    baseline_configs,
+    config_for,
+    deployment_space,
+    space_params,
+    violations,
+)
 from autotune.traffic.synthetic import chat_trace_rows
 from autotune.traffic.trace import Trace
 from search_spaces import SearchSpace
@@ -69,7 +77,8 @@ SPACE = str(Path(__file__).with_name("search_efficiency.yaml"))
 # and the defaults again near the optimum; 50 ms leaves the step budget and chunking to tune.
 SLOS = {"chat-like": "ttft_p99<=2s,tpot_p99<=20ms", "document-like": "ttft_p99<=2s,tpot_p99<=50ms"}
 BUDGETS = (10, 20, 30, 40)
-SAMPLERS = ("tpe", "random", "grid")
+# GP (Optuna's GPSampler) runs on PyTorch, an optional extra: compared where it is installed.
+SAMPLERS = ("tpe", "random", "grid") + (("gp",) if importlib.util.find_spec("torch") else ())
 # 10 s of offered traffic per replay (5x the TTFT ceiling: an overload shows as a growing queue),
 # whatever the multiplier; 6 bisection steps: ~1.1% resolution.
 SEARCH = CapacitySearch(bisect_steps=6, window_s=10.0)
@@ -175,13 +184,13 @@ class Objective:
 
 
 def base_config(role: str, dep: DeploymentSpec) -> EngineConfig:
-    return BASELINES[role](dep) if role in BASELINES else EngineConfig(
-        max_model_len=dep.max_model_len, tensor_parallel_size=dep.tensor_parallel_size)
+    """A baseline's config, else (a proposal's base) the deployment's own arguments."""
+    return baseline_configs(dep).get(role) or EngineConfig(**deployment_args(dep))
 
 
 def exhaustive(space: SearchSpace, objective: Objective) -> tuple[float, EngineConfig, list[float]]:
     """The optimum over every grid point the rules allow, its config, and every capacity."""
-    configs = [base_config("proposed", objective.dep).merged(**point)
+    configs = [config_for(space, base_config("proposed", objective.dep), point)
                for point in space.grid_points()]
     configs = [c for c in configs if not violations(space, c, objective.dep)]  # rules block
     objective.prefetch(configs)
@@ -191,22 +200,22 @@ def exhaustive(space: SearchSpace, objective: Objective) -> tuple[float, EngineC
 
 
 def campaign(sampler: str, space: SearchSpace, objective: Objective, seed: int,
-             trials: int) -> list[float]:
-    """The controller's loop, in memory: best feasible capacity after each measured trial."""
+             trials: int) -> tuple[list[float], int]:
+    """The controller's loop, in memory: best feasible capacity after each measured trial, and
+    how many proposals repeated a measured config (free: no engine, no budget)."""
     dep = objective.dep
     plan = make_sampler(sampler, space, seed=seed)
     study = optuna.create_study(direction="maximize", sampler=plan.sampler)
-    for role in BASELINES:
-        study.enqueue_trial(space_params(plan.space, base_config(role, dep), dep),
-                            user_attrs={"role": role})
-    best, seen = 0.0, set()
+    for role, config in baseline_configs(dep).items():
+        study.enqueue_trial(space_params(plan.space, config, dep), user_attrs={"role": role})
+    best, seen, repeats = 0.0, set(), 0
     curve: list[float] = []
     for _ in range(trials * 10):
         if len(curve) == trials:
             break
         trial = study.ask()
         role = trial.user_attrs.get("role", "proposed")
-        config = base_config(role, dep).merged(**plan.space.suggest(trial))
+        config = config_for(space, base_config(role, dep), plan.space.suggest(trial))
         broken = [v for v in violations(space, config, dep)
                   if role == "proposed" or v.severity == "error"]
         if broken:
@@ -216,13 +225,15 @@ def campaign(sampler: str, space: SearchSpace, objective: Objective, seed: int,
         for name, c in constraints.items():
             trial.set_constraint(name, c)
         study.tell(trial, value)
-        key = tuple(sorted(config.explicit().items()))
+        key = config.key()
+        if key in seen and not broken:
+            repeats += 1
         if broken or key in seen:
             continue  # free: no engine ran
         seen.add(key)
         best = max(best, value)
         curve.append(best)
-    return curve + [best] * (trials - len(curve))
+    return curve + [best] * (trials - len(curve)), repeats
 
 
 def main() -> None:
@@ -246,7 +257,8 @@ def main() -> None:
     # medians at the budgets saturate.
     to_98: dict[str, dict[str, list[int | None]]] = {}
     by_trace: dict[str, dict[str, dict[str, float]]] = {}
-    gains_default, gains_heuristic, rows, optima = [], [], [], {}
+    gains_default, gains_heuristic, gains_recipe, rows, optima = [], [], [], [], {}
+    repeats: dict[str, dict[str, list[int]]] = {}  # proposals that repeated a measured config
     t0 = time.monotonic()
     for make_trace in traces:
         trace = make_trace()
@@ -254,6 +266,8 @@ def main() -> None:
         optimum, best_config, values = exhaustive(space, objective)
         default = objective(base_config("vllm-default", dep))[0]
         heuristic = objective(base_config("guide-heuristic", dep))[0]
+        recipe = objective(base_config("vllm-recipe", dep))[0]
+        gains_recipe.append(100 * (optimum / recipe - 1) if recipe else float("inf"))
         gains_default.append(100 * (optimum / default - 1) if default else float("inf"))
         gains_heuristic.append(100 * (optimum / heuristic - 1) if heuristic else float("inf"))
         t1 = time.monotonic()
@@ -262,7 +276,8 @@ def main() -> None:
             here: dict[str, list[float]] = {str(b): [] for b in BUDGETS}
             to_98[trace.name][sampler] = []
             for seed in seeds:
-                curve = campaign(sampler, space, objective, seed, max(BUDGETS))
+                curve, repeated = campaign(sampler, space, objective, seed, max(BUDGETS))
+                repeats.setdefault(trace.name, {}).setdefault(sampler, []).append(repeated)
                 for b in BUDGETS:
                     here[str(b)].append(100 * curve[b - 1] / optimum)
                 to_98[trace.name][sampler].append(
@@ -277,8 +292,7 @@ def main() -> None:
                      sum(v == 0 for v in values), censored, objective.measured,
                      objective.wall_s, time.monotonic() - t1, optimum, default, heuristic))
         optima[trace.name] = {"capacity_output_tok_s": round(optimum, 1),
-                              "config": {k: v for k, v in best_config.explicit().items()
-                                         if k in space.param_names}}
+                              "config": space_params(space, best_config, dep)}
     wall_s = time.monotonic() - t0
     console = Console(width=200)
     info = Table(title="Exhaustive grid: DeepSeek-V4-Flash on 8xH200, space "
@@ -305,16 +319,20 @@ def main() -> None:
     detail = Table(title="Per trace: % of the optimum (median over seeds), and the trials each "
                          "seed needed to reach 98% of it (- : not within "
                          f"{max(BUDGETS)})")
-    for col in ("trace", "sampler", *(f"{b}" for b in BUDGETS), "trials to 98% per seed"):
+    for col in ("trace", "sampler", *(f"{b}" for b in BUDGETS), "trials to 98% per seed",
+                f"repeats in {max(BUDGETS)} per seed"):
         detail.add_column(col, justify="right")
     for name, per in by_trace.items():
         for s in SAMPLERS:
             detail.add_row(name, s, *(f"{per[s][str(b)]:.1f}" for b in BUDGETS),
-                           " ".join("-" if n is None else str(n) for n in to_98[name][s]))
+                           " ".join("-" if n is None else str(n) for n in to_98[name][s]),
+                           " ".join(map(str, repeats[name][s])))
     console.print(detail)
     print(json.dumps({"pct_of_optimum": median,
                       "gain_vs_default_pct": round(statistics.median(gains_default), 1),
                       "gain_vs_heuristic_pct": round(statistics.median(gains_heuristic), 1),
+                      "gain_vs_recipe_pct": round(statistics.median(gains_recipe), 1),
+                      "repeats_per_seed": repeats,
                       "pct_of_optimum_by_trace": by_trace, "trials_to_98pct": to_98,
                       "optimum": optima, "slo": SLOS, "window_s": SEARCH.window_s,
                       "bisect_steps": SEARCH.bisect_steps, "seeds": len(seeds),

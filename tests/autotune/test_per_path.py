@@ -111,6 +111,8 @@ def test_path_requests_spaces_slos_links_and_the_single_config() -> None:
     config = {"max_num_seqs": 16, "max_model_len": 16384}
     compared = pp.with_single_config(hot, config)
     assert [(c.role, c.config) for c in compared.compare] == [(pp.SINGLE_CONFIG, config)]
+    # The path's search starts from it (a reference, so it is confirmed with the path's best).
+    assert [(c.role, c.config) for c in compared.references] == [(pp.SINGLE_CONFIG, config)]
     assert pp.with_single_config(hot, None) is hot
 
 

@@ -80,6 +80,14 @@ def test_each_path_is_its_own_campaign_on_its_sub_trace(tuned: tuple[Path, str])
             assert single["role"] == pp.SINGLE_CONFIG
             assert single["engine_config"] == repo.choose_winner(parent).trial.engine_config
             assert single["seeds"] == repo.choose_winner(c).confirmation.seeds and single["n"] == 2
+            # The path's search started from it, and it was confirmed beside the path's best:
+            # the path's winner has at least its lower bound.
+            roles = [t.role for t in sorted(c.trials, key=lambda t: t.number)]
+            assert roles[0] == pp.SINGLE_CONFIG, roles
+            confirmed = {r.role: r for r in c.confirmations}
+            if pp.SINGLE_CONFIG in confirmed:
+                assert (repo.choose_winner(c).confirmation.lcb_output_tok_s
+                        >= confirmed[pp.SINGLE_CONFIG].lcb_output_tok_s)
         assert found["hot"].slo == {"ttft_p99_ms": 1000.0, "tpot_p99_ms": 50.0}
         assert found["cold"].slo == parent.slo
     engine.dispose()
