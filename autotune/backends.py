@@ -44,6 +44,11 @@ class EngineBackend(ABC):
         """What the backend observed of its hardware (GPU memory and utilisation); {} if none."""
         return {}
 
+    def notes(self) -> dict[str, str]:
+        """How the started engine was modelled, for the trial record (a simulator names the
+        approximations it used); {} for a real engine."""
+        return {}
+
     @abstractmethod
     def replay(self, trace: object, rate_scale: float, seed: int) -> ReplayResult: ...
 

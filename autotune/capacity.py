@@ -39,6 +39,7 @@ def run_trial(spec: TrialSpec, backend: EngineBackend) -> TrialOutcome:
         return TrialOutcome.failed(spec.trial_number, exc.failure_class, str(exc),
                                    start_s=time.monotonic() - t0)
     t1 = time.monotonic()
+    notes = backend.notes()
     try:
         outcome = _search(spec, backend, start_s=t1 - t0, t1=t1)
     except ReplayError as exc:  # died or ran out of memory under load: not a config to publish
@@ -48,7 +49,8 @@ def run_trial(spec: TrialSpec, backend: EngineBackend) -> TrialOutcome:
     finally:
         telemetry = backend.telemetry()
         backend.stop()
-    return outcome.model_copy(update={"telemetry": telemetry}) if telemetry else outcome
+    extra = {**({"telemetry": telemetry} if telemetry else {}), **({"notes": notes} if notes else {})}
+    return outcome.model_copy(update=extra) if extra else outcome
 
 
 def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: float) -> TrialOutcome:

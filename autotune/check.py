@@ -16,7 +16,7 @@ from autotune.baselines import effective_values
 from autotune.deployment import DeploymentSpec
 from autotune.engine_config import REMOVED_ARGS, EngineConfig, check_known_arg
 from autotune.errors import ConfigError
-from autotune.space import Violation, common_rule_violations
+from autotune.rules import Violation, common_rule_violations
 
 # Keys of a `vllm serve --config` file that are not engine arguments the rules look at.
 _NOT_ENGINE_ARGS = {"model"}

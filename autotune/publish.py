@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from autotune.engine_config import EngineConfig
 from autotune.errors import ConfigError, NotFoundError
-from autotune.space import engine_refusals
+from autotune.rules import engine_refusals
 from autotune.storage import repo
 from autotune.storage.models import Publication
 

@@ -146,6 +146,7 @@ class TrialOutcome(BaseModel):
     started_at_epoch_s: float = 0.0  # wall clock where the trial ran
     worker: dict[str, Any] = {}  # where it ran: host, pid, the GPUs it was given
     telemetry: dict[str, Any] = {}  # GPU memory and utilisation seen during the trial
+    notes: dict[str, str] = {}  # how a simulated engine was modelled (EngineBackend.notes)
 
     @classmethod
     def failed(cls, trial_number: int, failure_class: str, message: str,

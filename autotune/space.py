@@ -4,23 +4,21 @@ and model, and rules applied to configs."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
-from functools import cache
+from dataclasses import replace
 from typing import Any
 
 from autotune import parallelism
-from autotune.baselines import BASELINES, deployment_args, effective_values, vllm_defaults
+from autotune.baselines import BASELINES, effective_values
 from autotune.deployment import RULE_CONTEXT_NAMES, DeploymentSpec
 from autotune.engine_config import REMOVED_ARGS, EngineConfig
-from autotune.errors import ConfigError, SearchSpaceError
+from autotune.errors import SearchSpaceError
 from autotune.parallelism import Strategy
+from autotune.rules import check_deployment, rules_lacking, strategies
 from search_spaces import (
     Param,
-    Rule,
     SearchSpace,
     SpaceError,
     builtin_space_path,
-    load_rules_file,
     load_space_file,
 )
 
@@ -82,55 +80,21 @@ def deployment_space(name_or_path: str, dep: DeploymentSpec) -> SearchSpace:
                                        for q in bound.params))
 
 
-@dataclass(frozen=True)
-class StrategyCheck:
-    allowed: list[Strategy]
-    refused: dict[str, list[Violation]]  # strategy name -> the rules it breaks
-
-
-def strategies(space: SearchSpace, dep: DeploymentSpec,
-               families: tuple[str, ...] = parallelism.FAMILIES) -> StrategyCheck:
-    """The layouts of the deployment's GPUs, split into those its rules allow and those they
-    refuse (with the rules on parallelism each breaks). Judged on vLLM's defaults with the
-    deployment's pins: the parallelism rules name no other tuned argument."""
-    allowed: list[Strategy] = []
-    refused: dict[str, list[Violation]] = {}
-    base = vllm_defaults(dep)
-    for s in parallelism.candidates(dep.gpu_count, dep.model_info.num_experts > 0, families):
-        broken = [v for v in violations(space, base.merged(**s.engine_args()), dep)
-                  if v.severity == "error" and v.names & set(parallelism.ENGINE_ARGS)]
-        if broken:
-            refused[s.name] = broken
-        else:
-            allowed.append(s)
-    return StrategyCheck(allowed, refused)
-
-
-def _why(broken: list[Violation]) -> str:
-    return "; ".join(f"{v.rule}: {v.message} ({v.source})" for v in broken)
-
-
-def check_deployment(space: SearchSpace, dep: DeploymentSpec) -> None:
-    """Refuse a deployment no config can serve: a rule on its facts alone (a model on a GPU
-    generation without its kernels) or its own parallel layout (its baselines') refused,
-    naming the layouts of its GPUs that the rules allow and how to choose one."""
-    where = f"{dep.model_info.name} on {dep.gpu_count} x {dep.gpu_info.name}"
-    facts_only = [v for v in violations(space, vllm_defaults(dep), dep)
-                  if v.severity == "error" and v.names <= RULE_CONTEXT_NAMES]
-    if facts_only:
-        raise ConfigError(f"{where} cannot be served: {_why(facts_only)}")
-    check = strategies(space, dep)
-    own = Strategy.of(deployment_args(dep))
-    if own.name not in check.refused:
-        return
-    if not check.allowed:
-        raise ConfigError(
-            f"no parallel layout of {dep.gpu_count} GPUs can serve {where}: "
-            + " | ".join(f"{name}: {_why(v)}" for name, v in check.refused.items())
-            + "; choose another GPU count")
-    options = ", ".join(f"{s.name} (--tp {s.tensor_parallel_size})" for s in check.allowed)
-    raise ConfigError(f"{where}: the layout {own.name} is refused ({_why(check.refused[own.name])}); "
-                      f"the rules allow {options}")
+def space_summary(space: SearchSpace, dep: DeploymentSpec) -> list[str]:
+    """What the deployment's model fixes and which layouts are searched, for people: the pins
+    with their rule, the parallel layouts, and the model facts no rule knows."""
+    lines = []
+    if space.pinned:
+        names = ", ".join(p.name for p in space.pins if p.names <= set(space.context)
+                          and p.applies(space.context))
+        values = ", ".join(f"{k}={v}" for k, v in space.pinned.items())
+        lines.append(f"Pinned for {dep.model_info.name} on {dep.gpu_info.name}: {values} "
+                     f"(required by the model's kernels: {names}; not searched)")
+    if parallelism.PARAM in space.param_names:
+        lines.append("Parallel layouts searched: "
+                     + ", ".join(space.param(parallelism.PARAM).choices))
+    lines += [f"warning: {gap}" for gap in rules_lacking(space, dep)]
+    return lines
 
 
 def engine_args(params: dict[str, Any]) -> dict[str, Any]:
@@ -200,45 +164,3 @@ def _may_be_active(space: SearchSpace, param: Param) -> bool:
         return space.is_active(param, {})
     except SpaceError:
         return True  # its condition names other parameters: it may be on
-
-
-@dataclass(frozen=True)
-class Violation:
-    rule: str
-    severity: str
-    message: str
-    source: str = ""  # the vLLM file and function (or recipe) the rule encodes
-    names: frozenset[str] = frozenset()  # the arguments and facts the rule reads
-
-
-def violations(space: SearchSpace, config: EngineConfig, dep: DeploymentSpec) -> list[Violation]:
-    """The rules a config breaks, evaluated on the values the engine would really use."""
-    values = {**effective_values(config, dep), **dep.rule_context()}
-    return [_violation(r, values) for r in space.rules if not r.holds(values)]
-
-
-@cache
-def _common_rules() -> tuple[Rule, ...]:
-    return load_rules_file()
-
-
-def common_rule_violations(config: EngineConfig, dep: DeploymentSpec) -> list[Violation]:
-    """The rules of rules.yaml a config breaks, whatever space it came from."""
-    values = {**effective_values(config, dep), **dep.rule_context()}
-    return [_violation(r, values) for r in _common_rules() if not r.holds(values)]
-
-
-def engine_refusals(config: EngineConfig, dep: DeploymentSpec) -> list[Violation]:
-    """The common rules of severity error a config breaks: what vLLM itself refuses (or
-    fails to start with) for this model and GPU."""
-    return [v for v in common_rule_violations(config, dep) if v.severity == "error"]
-
-
-def _violation(rule: Rule, values: dict[str, Any]) -> Violation:
-    """A broken rule; its message's {name} fields filled with the config's and the
-    deployment's values."""
-    try:
-        message = rule.message.format_map(values)
-    except (KeyError, ValueError, IndexError):
-        message = rule.message
-    return Violation(rule.name, rule.severity, message, rule.source, frozenset(rule.names))

@@ -43,6 +43,7 @@ from autotune.errors import ConfigError, InfrastructureError, SearchSpaceError
 from autotune.executors import Executor
 from autotune.objective import is_feasible, outcome_constraints, rejected_constraints
 from autotune.records import CapacitySearch, TrialOutcome, TrialSpec
+from autotune.rules import violations
 from autotune.samplers import DEFAULT_SAMPLER, make_sampler
 from autotune.slo import SLO
 from autotune.space import (
@@ -50,7 +51,6 @@ from autotune.space import (
     config_for,
     deployment_space,
     space_params,
-    violations,
 )
 from autotune.storage import repo
 from autotune.storage.db import session_scope
@@ -557,6 +557,8 @@ class StudyController:
         trial.set_user_attr("capacity_output_tok_s", outcome.capacity_output_tok_s)
         if job.slow_rules:
             trial.set_user_attr("slow_rules", job.slow_rules)
+        if outcome.notes:
+            trial.set_user_attr("backend_notes", outcome.notes)
         # Set on every trial: the dashboard's trial page shows user attributes only (not the
         # constraint list), so "feasible" and "failure_class none" must be there to be read.
         trial.set_user_attr("feasible", feasible)

@@ -1,9 +1,9 @@
 """How fast each sampler reaches the best config: best capacity after 10, 20, 30 and 40 trials
 for our default sampler (constrained TPE), random search, a vLLM auto-tune style grid and, where
-torch is installed, Optuna's GP sampler, as a percentage of the optimum an exhaustive grid finds over the same space, median over seeds, all
-in one run. With both traces, `pct_of_optimum` is the mean over the traces of each trace's
-median over seeds: a median pooled over the two traces lands between their modes (chat-like
-runs sit near 70% at 10 trials, document-like ones near 99%) and says little about either.
+torch is installed, Optuna's GP sampler, as a percentage of the optimum an exhaustive grid finds
+over the same space, median over seeds, all in one run. With both traces, `pct_of_optimum` is
+the mean over the traces of each trace's median over seeds: a median pooled over the two traces
+lands between their modes and says little about either.
 
 The case issue 6 sets: the simulator, 8xH200 serving DeepSeek-V4-Flash (autotune.deployment.DEMO),
 a chat-like trace (autotune.traffic.synthetic) and a document-like trace (long prompts, short
@@ -56,6 +56,7 @@ from autotune.deployment import DEMO, DeploymentSpec
 from autotune.engine_config import EngineConfig
 from autotune.objective import is_feasible, outcome_constraints, rejected_constraints
 from autotune.records import CapacitySearch, TrialSpec
+from autotune.rules import violations
 from autotune.samplers import make_sampler
 from autotune.slo import parse_slo
 from autotune.space import (
@@ -63,7 +64,6 @@ from autotune.space import (
     config_for,
     deployment_space,
     space_params,
-    violations,
 )
 from autotune.traffic.synthetic import chat_trace_rows
 from autotune.traffic.trace import Trace

@@ -183,7 +183,12 @@ def tune(
     from autotune.records import CapacitySearch
     from autotune.samplers import make_sampler
     from autotune.slo import parse_slo
-    from autotune.space import check_searchable, deployment_space, space_name_for
+    from autotune.space import (
+        check_searchable,
+        deployment_space,
+        space_name_for,
+        space_summary,
+    )
     from autotune.storage import repo
     from autotune.storage.db import session_scope
     from autotune.study import CampaignRequest, StudyController
@@ -217,6 +222,8 @@ def tune(
     space_name = space_name_for(spec, space)
     bound = deployment_space(space_name, spec)
     check_searchable(bound, screen_plan[0] if screen_plan else backend)
+    for line in space_summary(bound, spec):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     make_sampler(sampler, bound, seed=seed)  # refuse bad input now
     path_slos = {"hot": slo_hot, "warm": slo_warm, "cold": slo_cold}
     per_path = per_path or paths is not None

@@ -22,7 +22,8 @@ import pytest
 from autotune.check import check_config
 from autotune.deployment import DEMO, DeploymentSpec
 from autotune.engine_config import EngineConfig
-from autotune.space import baseline_configs, engine_refusals
+from autotune.rules import engine_refusals
+from autotune.space import baseline_configs
 from autotune.tiny_model import make_tiny_model
 from tests.conftest import engine_python, run_cli
 

@@ -8,7 +8,8 @@ from autotune.baselines import guide_heuristic, vllm_defaults
 from autotune.deployment import DEMO, DeploymentSpec
 from autotune.engine_config import EngineConfig
 from autotune.errors import SearchSpaceError
-from autotune.space import load_search_space, violations
+from autotune.rules import violations
+from autotune.space import load_search_space
 
 CPU = DeploymentSpec(name="cpu", model="tiny-llama", gpu="cpu", gpu_count=1,
                      tensor_parallel_size=1, max_model_len=2048)
@@ -147,3 +148,23 @@ def test_baselines_sit_inside_the_new_dimensions() -> None:
             params = space_params(space, config, DEMO)
             assert params["async_scheduling"] is True
             assert params["max_cudagraph_capture_size"] == min(2 * params["max_num_seqs"], 512)
+
+
+def test_a_model_fact_no_rule_knows_is_named_in_a_warning() -> None:
+    from dataclasses import replace
+
+    from autotune.rules import rules_lacking
+    from autotune.space import deployment_space, space_summary
+
+    space = deployment_space("chat", DEMO)
+    assert rules_lacking(space, DEMO) == []  # every catalogue model's kernels have rules
+    bare = replace(space, rules=())
+    lacking = rules_lacking(bare, DEMO)
+    assert [line.split(" of ")[0] for line in lacking] == [
+        "no rule knows attention_kind 'dsv4'", "no rule knows dense_quant 'fp8_block'",
+        "no rule knows expert_quant 'fp4'"]
+    summary = space_summary(space, DEMO)
+    assert summary[0].startswith("Pinned for DeepSeek-V4-Flash on H200-141GB: block_size=256, "
+                                 "kv_cache_dtype=fp8")
+    assert summary[1] == ("Parallel layouts searched: TP8, TP8+EP, DP2xTP4+EP, DP4xTP2+EP, "
+                          "DP8+EP")

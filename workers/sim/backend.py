@@ -14,8 +14,8 @@ from autotune.deployment import DeploymentSpec
 from autotune.engine_config import EngineConfig
 from autotune.errors import EngineStartError
 from autotune.records import CalibrationResult, Measurement, ReplayResult
+from autotune.rules import engine_refusals
 from autotune.settings import get_settings
-from autotune.space import engine_refusals
 from autotune.traffic.trace import Trace
 from workers.sim.perf import EngineShape, PerfModel, StartFailure
 from workers.sim.profile import Profile, find_profile, load_profile, save_profile
@@ -154,6 +154,18 @@ class SimulatorBackend(EngineBackend):
         except StartFailure as exc:
             raise EngineStartError(f"simulated engine failed to start: {exc}",
                                    exc.failure_class) from None
+
+    def notes(self) -> dict[str, str]:
+        perf = self.perf
+        p = perf.profile
+        fitted = "fitted" if p.fit else "not fitted"
+        out = {"step_model": f"roofline; profile {p.gpu}/{p.model} v{p.version} ({fitted})"}
+        if perf.shape.enable_expert_parallel and perf.shape.data_parallel_size > 1:
+            out["all_to_all"] = ("bandwidth/latency model of the GPU link "
+                                 "(allgather/reduce-scatter; no measured all-to-all)")
+            out["dp_lockstep"] = ("balanced ranks: each DP rank's MoE priced for its batch times "
+                                  "the DP size; idle ranks' dummy steps not modelled")
+        return out
 
     @property
     def perf(self) -> PerfModel:
