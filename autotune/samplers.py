@@ -75,14 +75,17 @@ STARTUP_TRIALS = 6
 # other sequence count 93% and 100%. (Sequence count first: 100% and 97.5% at 10 trials, against
 # 91.4% and 100%.)
 # The parallel layout goes before them: it changes the whole engine (KV capacity per rank, the
-# collectives, the expert placement) and moved capacity most once it was searched (DEP 2x TP8 on
-# both traces); swept last among the other axes TPE was at 57.9% of the optimum at 10 trials
-# and behind random search, which draws a DEP layout three times in five.
+# collectives, the expert placement) and moved capacity most once it was searched (DP8+EP at
+# twice TP8 on both traces); swept in the seeded order of the other axes, TPE was at 57.9% of
+# the optimum at 10 trials, behind random search, which draws a DEP layout three times in five.
 SWEEP_AXES = (PARALLELISM, "max_num_batched_tokens", "max_num_seqs")
 # The sweep proposes while fewer trials than this are complete (references and rule breakers
-# included), then the model takes over. On benchmarks/search_efficiency.py (held-out seeds
-# 20-59) 12 reached 95.7% of the optimum at 10 trials (mean over the traces of the median), and
-# 98% of the chat-like optimum by trial 30 in 39 of 40 seeds; 10 and 14 were alike (seeds 0-19).
+# included), then the model takes over. 12 before the parallel layout was searched (held-out
+# seeds 20-59: 95.7% of the optimum at 10 trials); with the layout's four more neighbours to
+# try, 16: on benchmarks/search_efficiency.py (seeds 0-4, then held-out seeds 20-29) TPE was at
+# 94.5 / 99.3% and 96.9 / 99.3% of the optimum at 10 / 20 trials (12: 94.5 / 95.7% on seeds 0-4,
+# the document-like trace's long-prefill cap left unswept), every held-out seed within 98% by
+# trial 12 on both traces.
 SWEEP_TRIALS = 16
 # A range (int or float) is swept over this many evenly spaced points, ends included.
 SWEEP_POINTS = 5

@@ -26,7 +26,8 @@ for free (not counted as trials), repeats reuse their measurement (not counted a
 counted apart, `repeats_per_seed`), at most 10 asks per trial, as the controller
 (autotune/study.py) counts them; constraints set on every trial.
 
-Usage: .venv/bin/python benchmarks/search_efficiency.py [--quick] [--seeds N] [--jobs N]
+Usage: .venv/bin/python benchmarks/search_efficiency.py [--quick] [--seeds N] [--first-seed K]
+[--jobs N]
 Prints a table, then one JSON line with pct_of_optimum, gain_vs_default_pct,
 gain_vs_heuristic_pct, gain_vs_recipe_pct and repeats_per_seed.
 """
@@ -241,11 +242,14 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true",
                         help="one seed, the document trace only (the cheaper grid)")
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="seeds FIRST..FIRST+N-1: held-out seeds judge a sampler change")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                         help="processes measuring the exhaustive grid")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    seeds = [0] if args.quick else list(range(args.seeds))
+    seeds = [args.first_seed] if args.quick else list(range(args.first_seed,
+                                                           args.first_seed + args.seeds))
     traces: list[Callable[[], Trace]] = ([document_trace] if args.quick
                                          else [chat_trace, document_trace])
     dep = DEMO

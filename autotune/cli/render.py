@@ -149,6 +149,7 @@ def per_path_table(rows: list[Any]) -> Table:
     line("per-path (output tok/s)", lambda r: tok_s(r.winner_output_tok_s))
     line("single config (output tok/s)", lambda r: tok_s(r.single_output_tok_s))
     line("per-path gain", lambda r: "-" if r.gain_pct is None else f"{r.gain_pct:+.1f}%")
+    line("parallel layout", lambda r: Strategy.of(r.winner_config).name if r.winner_config else "-")
     for name in TUNED:
         line(name, lambda r, n=name: _arg((r.winner_config or {}).get(n)))
     return table

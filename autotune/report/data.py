@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from autotune.baselines import BASELINES, effective_values
 from autotune.engine_config import EngineConfig
 from autotune.errors import NotFoundError
+from autotune.parallelism import Strategy
 from autotune.storage import repo
 from autotune.storage.models import Campaign, Confirmation, Publication, Trial
 
@@ -171,8 +172,14 @@ def _column(label: str, source: str, t: Trial, config: dict[str, Any],
     return ConfigColumn(label=label, source=source, feasible=t.feasible,
                         capacity_output_tok_s=t.capacity_output_tok_s,
                         latency_p99_ms={k: _float(lat.get(k)) for k in LATENCY_KEYS},
-                        effective_config=effective_values(EngineConfig(**config), spec),
+                        effective_config=_with_layout(effective_values(EngineConfig(**config),
+                                                                       spec)),
                         failure_class=t.failure_class)
+
+
+def _with_layout(effective: dict[str, Any]) -> dict[str, Any]:
+    """The effective arguments led by the parallel layout they make (TP8, DP8+EP, ...)."""
+    return {"parallel_layout": Strategy.of(effective).name, **effective}
 
 
 def _incumbent(session: Session, campaign: Campaign) -> Publication | None:
