@@ -131,6 +131,17 @@ def space_params(space: SearchSpace, config: EngineConfig, dep: DeploymentSpec) 
         raise SearchSpaceError(str(exc)) from None
 
 
+def hold_config(space: SearchSpace, config: EngineConfig, dep: DeploymentSpec) -> SearchSpace:
+    """The space widened to hold a config's effective values (autotune.per_path starts a path's
+    search from the whole trace's winner, found in another space)."""
+    values = effective_values(config, dep)
+    values[parallelism.PARAM] = Strategy.of(values).name
+    try:
+        return space.holding(values)
+    except SpaceError as exc:
+        raise SearchSpaceError(str(exc)) from None
+
+
 def _json_equal(choice: Any, value: dict[str, Any]) -> bool:
     if not isinstance(choice, str):
         return False

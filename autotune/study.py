@@ -50,6 +50,7 @@ from autotune.space import (
     baseline_configs,
     config_for,
     deployment_space,
+    hold_config,
     space_params,
 )
 from autotune.storage import repo
@@ -191,6 +192,10 @@ class StudyController:
         self._lease: resume.Lease | None = None
         self.observer = observer or Observer()
         self.space = deployment_space(request.search_space, request.deployment)
+        for ref in request.references:
+            if ref.role == SINGLE_CONFIG:  # a path's search starts from it, in its space or not
+                self.space = hold_config(self.space, EngineConfig(**ref.config),
+                                         request.deployment)
         # The sampler proposes from plan.space (the grid sampler's is two axes of this space).
         self.plan = make_sampler(request.sampler, self.space, seed=request.seed,
                                  parallel=request.parallel)

@@ -233,6 +233,20 @@ class SearchSpace:
             chosen[p.name] = value
         return chosen
 
+    def holding(self, values: Mapping[str, Any]) -> SearchSpace:
+        """The space widened just enough to hold these values of its active parameters (a
+        missing choice added in order, a range stretched): a reference config the campaign must
+        be able to run as one of its trials."""
+        params: list[Param] = []
+        chosen: dict[str, Any] = {}
+        for p in self.params:
+            if not self.is_active(p, chosen) or p.name not in values:
+                params.append(p)
+                continue
+            value = chosen[p.name] = values[p.name]
+            params.append(p if p.contains(value) else _widened(p, value))
+        return replace(self, params=tuple(params))
+
     def grid_points(self) -> Iterator[dict[str, Any]]:
         """Every assignment of grid values, conditions honoured (a parameter whose condition
         fails is absent, not multiplied in)."""
@@ -285,6 +299,18 @@ class SearchSpace:
             bad = sorted(set(pin.values) - known_params)
             if bad:
                 raise SpaceError(f"{where}: sets unknown parameter(s) {', '.join(bad)}")
+
+
+def _widened(p: Param, value: Any) -> Param:
+    if p.type == "categorical":
+        choices = (*p.choices, value)
+        numeric = all(isinstance(c, int | float) and not isinstance(c, bool) for c in choices)
+        return replace(p, choices=tuple(sorted(choices)) if numeric else choices)
+    steps = None if p.step is None else (value - float(p.low)) / p.step  # type: ignore[arg-type]
+    off_step = steps is not None and abs(steps - round(steps)) > 1e-9
+    if p.type not in ("int", "float") or off_step:
+        raise SpaceError(f"parameter {p.name!r} cannot hold {value!r}: it is off its steps")
+    return replace(p, low=min(p.low, value), high=max(p.high, value))  # type: ignore[type-var]
 
 
 def _read_yaml(path: Path) -> Any:

@@ -10,7 +10,7 @@ import pytest
 
 from autotune import per_path as pp
 from autotune.deployment import DEMO
-from autotune.errors import ConfigError, NotFoundError
+from autotune.errors import ConfigError, NotFoundError, SearchSpaceError
 from autotune.slo import parse_slo
 from autotune.storage import repo
 from autotune.storage.db import open_database, session_scope
@@ -184,3 +184,23 @@ def test_publish_paths_publishes_each_path_deployment(migrated_sqlite: str) -> N
         s.flush()
         assert set(pp.path_campaigns(s, repo.find_campaign(s, "c1", "demo"))) == {"hot"}
     engine.dispose()
+
+
+def test_a_paths_space_is_widened_to_hold_the_single_config() -> None:
+    """The chat space's winner (a long-prefill cap of 256, which the batch space lacks) starts
+    the cold path's search in the batch space."""
+    from autotune.baselines import vllm_defaults
+    from autotune.space import deployment_space, hold_config, space_params
+
+    cold = DEMO.model_copy(update={"traffic_profile": "batch"})
+    single = vllm_defaults(cold).merged(long_prefill_token_threshold=256, max_num_seqs=16,
+                                        gpu_memory_utilization=0.97)
+    batch = deployment_space("batch", cold)
+    with pytest.raises(SearchSpaceError):
+        space_params(batch, single, cold)
+    held = hold_config(batch, single, cold)
+    params = space_params(held, single, cold)
+    assert (params["long_prefill_token_threshold"], params["max_num_seqs"],
+            params["gpu_memory_utilization"]) == (256, 16, 0.97)
+    assert held.param("long_prefill_token_threshold").choices[:2] == (0, 256)  # still in order
+    assert held.param("gpu_memory_utilization").high == 0.97
