@@ -54,6 +54,10 @@ def parse_cli_args(args: list[str]) -> tuple[dict[str, Any], list[str]]:
     values: dict[str, Any] = {}
     unknown: list[str] = []
     fields = EngineConfig.model_fields
+
+    def is_bool(name: str) -> bool:
+        return name in fields and "bool" in str(fields[name].annotation)
+
     i = 0
     while i < len(args):
         token = args[i]
@@ -63,7 +67,6 @@ def parse_cli_args(args: list[str]) -> tuple[dict[str, Any], list[str]]:
         name = flag.replace("-", "_")
         if name in REMOVED_ARGS:
             check_known_arg(name)  # raises with the reason
-        is_bool = lambda n: n in fields and "bool" in str(fields[n].annotation)  # noqa: E731
         if name.startswith("no_") and is_bool(name[3:]) and not eq:
             values[name[3:]] = False
             i += 1

@@ -28,8 +28,14 @@ class Violation:
 
 def violations(space: SearchSpace, config: EngineConfig, dep: DeploymentSpec) -> list[Violation]:
     """The rules a config breaks, evaluated on the values the engine would really use."""
-    values = {**effective_values(config, dep), **dep.rule_context()}
-    return [_violation(r, values) for r in space.rules if not r.holds(values)]
+    return _broken(space.rules, config, dep)
+
+
+def _broken(rules: tuple[Rule, ...], config: EngineConfig, dep: DeploymentSpec) -> list[Violation]:
+    # The deployment's facts, then the engine's values (its own max_model_len over the
+    # deployment's, where a hand-written config sets another).
+    values = {**dep.rule_context(), **effective_values(config, dep)}
+    return [_violation(r, values) for r in rules if not r.holds(values)]
 
 
 @cache
@@ -39,8 +45,7 @@ def _common_rules() -> tuple[Rule, ...]:
 
 def common_rule_violations(config: EngineConfig, dep: DeploymentSpec) -> list[Violation]:
     """The rules of rules.yaml a config breaks, whatever space it came from."""
-    values = {**effective_values(config, dep), **dep.rule_context()}
-    return [_violation(r, values) for r in _common_rules() if not r.holds(values)]
+    return _broken(_common_rules(), config, dep)
 
 
 def engine_refusals(config: EngineConfig, dep: DeploymentSpec) -> list[Violation]:
