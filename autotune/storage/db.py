@@ -6,6 +6,7 @@ autotune_alembic_version) and Optuna's RDB storage (Optuna migrates its own tabl
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,7 +23,21 @@ from alembic import command
 from autotune.errors import StorageError
 
 VERSION_TABLE = "autotune_alembic_version"
-ALEMBIC_DIR = Path(__file__).resolve().parents[2] / "alembic"
+
+
+def _migrations_dir() -> Path:
+    """The migration scripts: the installed package's autotune.migrations (the repository's
+    alembic/ folder, shipped under that name), else alembic/ beside a source tree."""
+    try:
+        spec = importlib.util.find_spec("autotune.migrations")
+    except ModuleNotFoundError:
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    return Path(__file__).resolve().parents[2] / "alembic"
+
+
+ALEMBIC_DIR = _migrations_dir()
 UPGRADE_HINT = "run `autotune db upgrade`"
 
 

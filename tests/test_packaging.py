@@ -1,0 +1,38 @@
+"""The package as pip installs it: every package of the tree listed, the migrations inside."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+from setuptools import find_packages
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_package_of_the_tree_is_listed() -> None:
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "packages"])
+    found = set(find_packages(str(ROOT), include=["autotune*", "search_spaces*", "workers*",
+                                                  "api*"]))
+    assert found
+    # The migrations are listed beside them: the repository's alembic/ folder, shipped inside.
+    assert listed == found | {"autotune.migrations", "autotune.migrations.versions"}
+
+
+@pytest.mark.integration
+def test_the_wheel_carries_the_migrations(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path),
+                    str(ROOT)], check=True, capture_output=True, timeout=600)
+    (wheel,) = tmp_path.glob("autotune-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    versions = sorted(p.name for p in (ROOT / "alembic" / "versions").glob("*.py"))
+    assert versions
+    assert {f"autotune/migrations/versions/{v}" for v in versions} <= names
+    assert {"autotune/migrations/env.py", "autotune/migrations/script.py.mako",
+            "autotune/data/recipes.yaml", "search_spaces/spaces/rules.yaml"} <= names
+    assert not any(n.startswith("alembic/") for n in names)  # never shadows the library
