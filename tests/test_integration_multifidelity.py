@@ -69,7 +69,10 @@ def test_sim_screening_then_real_engines_for_the_top_2(tmp_path: Path) -> None:
     assert all(t.gpu_hours == 0 and t.start_s < 1 for t in sim), "screening started no engine"
 
     # The real phase: both baselines, then the 2 best feasible distinct other screened configs.
-    baselines = {r: next(t for t in sim if t.role == r) for r in BASELINES}
+    # (vLLM has no recipe for the tiny model on a CPU: two baselines.)
+    roles = [r for r in BASELINES if any(t.role == r for t in sim)]
+    assert roles == ["vllm-default", "guide-heuristic"]
+    baselines = {r: next(t for t in sim if t.role == r) for r in roles}
     taken = {_key(b) for b in baselines.values()}
     top: list[str] = []
     for t in sorted((t for t in sim if t.feasible and t.repeat_of is None),
@@ -77,7 +80,7 @@ def test_sim_screening_then_real_engines_for_the_top_2(tmp_path: Path) -> None:
         if _key(t) not in taken and _key(t) not in top:
             top.append(_key(t))
     assert sorted(_key(t) for t in real) == sorted([*taken, *top[:TOP]])
-    assert len(real) == len(BASELINES) + TOP and {t.role for t in real} >= set(BASELINES)
+    assert len(real) == len(baselines) + TOP and {t.role for t in real} >= set(baselines)
     for t in real:  # each one a real engine, started and replayed
         assert t.start_s > 1 and (tmp_path / "logs" / f"cpu-tiny_mf-trial{t.number}.log").exists()
         assert t.state != "measured" or t.latency_recorded_rate["completed"] == 30
