@@ -113,8 +113,18 @@ def config_for(space: SearchSpace, base: EngineConfig, params: dict[str, Any]) -
 
 
 def baseline_configs(dep: DeploymentSpec) -> dict[str, EngineConfig]:
-    """The deployment's baselines: vLLM's recipe only where one exists."""
-    return {role: config for role, make in BASELINES.items() if (config := make(dep)) is not None}
+    """The deployment's baselines: vLLM's recipe only where one exists, and only where it is
+    not what an earlier baseline runs (Llama-3.1-8B's recipe is vLLM's defaults): two trials
+    of one config in flight at once would both be measured."""
+    out: dict[str, EngineConfig] = {}
+    seen: list[dict[str, Any]] = []
+    for role, make in BASELINES.items():
+        config = make(dep)
+        if config is None or (effective := effective_values(config, dep)) in seen:
+            continue
+        seen.append(effective)
+        out[role] = config
+    return out
 
 
 def space_params(space: SearchSpace, config: EngineConfig, dep: DeploymentSpec) -> dict[str, Any]:

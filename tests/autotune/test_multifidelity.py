@@ -95,11 +95,13 @@ def _check_finished(url: str) -> tuple[Campaign, dict[int, Trial]]:
     assert all(t.gpu_hours == 0 for t in sim), "a simulated trial held no GPU"
     # The plan: both baselines, then the TOP best feasible distinct screened configs.
     key = lambda t: tuple(sorted(t.engine_config.items()))  # noqa: E731
-    baselines = {r: next(t for t in sim if t.role == r) for r in BASELINES}
+    baselines = {r: next(t for t in sim if t.role == r) for r in BASELINES
+                 if any(t.role == r for t in sim)}
     best = sorted((t for t in sim if t.feasible and t.repeat_of is None
                    and key(t) not in {key(b) for b in baselines.values()}),
                   key=lambda t: (-t.capacity_output_tok_s, t.number))
-    # A baseline equal to an earlier one (Llama's recipe is vLLM's defaults) is measured once.
+    # Llama's recipe is vLLM's defaults: not a baseline of its own (space.baseline_configs).
+    assert set(baselines) == {"vllm-default", "guide-heuristic"}
     distinct = {b.role: b for b in baselines.values() if b.repeat_of is None}
     assert distinct
     wanted = list(dict.fromkeys(key(b) for b in distinct.values()))
