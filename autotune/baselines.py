@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+import search_spaces
 from autotune import catalogue
 from autotune.deployment import DeploymentSpec
 from autotune.engine_config import EngineConfig
@@ -28,12 +29,7 @@ def _pins() -> tuple[Pin, ...]:
 def pinned_values(dep: DeploymentSpec) -> dict[str, Any]:
     """The engine arguments the deployment's model and GPU require (the pins of rules.yaml
     whose condition holds): every baseline and trial runs with them."""
-    facts = dep.rule_context()
-    values: dict[str, Any] = {}
-    for pin in _pins():
-        if pin.applies(facts):
-            values.update(pin.values)
-    return values
+    return search_spaces.pinned_values(_pins(), dep.rule_context())
 
 
 def deployment_args(dep: DeploymentSpec) -> dict[str, Any]:
@@ -142,6 +138,23 @@ def resolved_max_capture_size(values: dict[str, Any], dep: DeploymentSpec) -> in
     asked = values.get("max_cudagraph_capture_size")
     size = int(asked) if asked is not None else min(2 * int(values["max_num_seqs"]), 512)
     return min(size, int(values["max_num_batched_tokens"]))
+
+
+# Effective values worth showing when vLLM decides them (unset) or overrides what was asked.
+_RESOLVED_SHOWN = ("tensor_parallel_size", "data_parallel_size", "enable_expert_parallel",
+                   "max_num_seqs", "max_num_batched_tokens", "block_size", "kv_cache_dtype",
+                   "gpu_memory_utilization", "async_scheduling", "max_cudagraph_capture_size")
+
+
+def resolved(config: EngineConfig, dep: DeploymentSpec) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What vLLM runs for the arguments people tune (unset ones at vLLM's defaults), and the
+    asked values it silently replaces (DeepSeek-V4's fp8 becomes fp8_ds_mla; a capture size
+    above the step budget is clamped)."""
+    effective = effective_values(config, dep)
+    asked = config.explicit()
+    overridden = {name: effective[name] for name in asked
+                  if name in effective and effective[name] != asked[name]}
+    return {name: effective[name] for name in _RESOLVED_SHOWN}, overridden
 
 
 def vllm_defaults(dep: DeploymentSpec) -> EngineConfig:

@@ -14,7 +14,7 @@ import yaml
 
 from autotune import catalogue
 from autotune.backends import load_backend
-from autotune.baselines import effective_values
+from autotune.baselines import resolved
 from autotune.deployment import DeploymentSpec
 from autotune.engine_config import REMOVED_ARGS, EngineConfig, check_known_arg
 from autotune.errors import ConfigError, EngineStartError
@@ -22,10 +22,7 @@ from autotune.rules import Violation, common_rule_violations
 
 # Keys of a `vllm serve --config` file that are not engine arguments the rules look at.
 _NOT_ENGINE_ARGS = {"model"}
-# Effective values worth showing when vLLM decides them (unset) or overrides what was asked.
-_SHOWN = ("tensor_parallel_size", "data_parallel_size", "enable_expert_parallel", "max_num_seqs",
-          "max_num_batched_tokens", "block_size", "kv_cache_dtype", "gpu_memory_utilization",
-          "async_scheduling", "max_cudagraph_capture_size")
+
 
 
 @dataclass(frozen=True)
@@ -132,17 +129,6 @@ def check_config(values: dict[str, Any], *, model: str, gpu: str, gpus: int,
     if not any(v.severity == "error" for v in broken):
         broken += _memory_violations(config, dep)
     return ConfigCheck(dep, config, broken, shown, overridden, unchecked or [])
-
-
-def resolved(config: EngineConfig, dep: DeploymentSpec) -> tuple[dict[str, Any], dict[str, Any]]:
-    """What vLLM runs for the arguments people tune (unset ones at vLLM's defaults), and the
-    asked values it silently replaces (DeepSeek-V4's fp8 becomes fp8_ds_mla; a capture size
-    above the step budget is clamped)."""
-    effective = effective_values(config, dep)
-    asked = config.explicit()
-    overridden = {name: effective[name] for name in asked
-                  if name in effective and effective[name] != asked[name]}
-    return {name: effective[name] for name in _SHOWN}, overridden
 
 
 def _memory_violations(config: EngineConfig, dep: DeploymentSpec) -> list[Violation]:

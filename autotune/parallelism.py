@@ -38,11 +38,6 @@ class Strategy:
         return self.tensor_parallel_size * self.data_parallel_size
 
     @property
-    def expert_parallel_size(self) -> int:
-        """Ranks the routed experts are sharded over (1: each expert split over the TP ranks)."""
-        return self.gpus if self.expert_parallel else 1
-
-    @property
     def family(self) -> str:
         if self.data_parallel_size == 1:
             return "tep" if self.expert_parallel else "tp"

@@ -20,6 +20,7 @@ from search_spaces import (
     SpaceError,
     builtin_space_path,
     load_space_file,
+    pinned_values,
 )
 
 # What a space may search: vLLM's engine arguments and the parallel strategy, which stands for
@@ -85,8 +86,7 @@ def space_summary(space: SearchSpace, dep: DeploymentSpec) -> list[str]:
     with their rule, the parallel layouts, and the model facts no rule knows."""
     lines = []
     if space.pinned:
-        names = ", ".join(p.name for p in space.pins if p.names <= set(space.context)
-                          and p.applies(space.context))
+        names = ", ".join(p.name for p in space.pins if pinned_values((p,), space.context))
         values = ", ".join(f"{k}={v}" for k, v in space.pinned.items())
         lines.append(f"Pinned for {dep.model_info.name} on {dep.gpu_info.name}: {values} "
                      f"(required by the model's kernels: {names}; not searched)")
@@ -129,8 +129,7 @@ def baseline_configs(dep: DeploymentSpec) -> dict[str, EngineConfig]:
 
 def space_params(space: SearchSpace, config: EngineConfig, dep: DeploymentSpec) -> dict[str, Any]:
     """The space's parameter values for a config (what to enqueue for a baseline)."""
-    values = effective_values(config, dep)
-    values[parallelism.PARAM] = Strategy.of(values).name
+    values = _space_values(config, dep)
     for p in space.params:
         if isinstance(values.get(p.name), dict):  # a nested config: its choice is JSON text
             values[p.name] = next((c for c in p.choices if _json_equal(c, values[p.name])),
@@ -144,12 +143,17 @@ def space_params(space: SearchSpace, config: EngineConfig, dep: DeploymentSpec) 
 def hold_config(space: SearchSpace, config: EngineConfig, dep: DeploymentSpec) -> SearchSpace:
     """The space widened to hold a config's effective values (autotune.per_path starts a path's
     search from the whole trace's winner, found in another space)."""
-    values = effective_values(config, dep)
-    values[parallelism.PARAM] = Strategy.of(values).name
     try:
-        return space.holding(values)
+        return space.holding(_space_values(config, dep))
     except SpaceError as exc:
         raise SearchSpaceError(str(exc)) from None
+
+
+def _space_values(config: EngineConfig, dep: DeploymentSpec) -> dict[str, Any]:
+    """A config's effective engine arguments, with the parallel layout they make."""
+    values = effective_values(config, dep)
+    values[parallelism.PARAM] = Strategy.of(values).name
+    return values
 
 
 def _json_equal(choice: Any, value: dict[str, Any]) -> bool:

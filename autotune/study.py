@@ -34,8 +34,7 @@ from sqlalchemy import Engine
 from autotune import budget as budgets
 from autotune import confirm, resume
 from autotune import multifidelity as mf
-from autotune.baselines import BASELINES, deployment_args
-from autotune.check import resolved
+from autotune.baselines import BASELINES, deployment_args, resolved
 from autotune.confirm import ConfirmPlan
 from autotune.deployment import DeploymentSpec
 from autotune.engine_config import EngineConfig

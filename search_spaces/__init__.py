@@ -5,7 +5,7 @@ This package is data plus a small schema: it never imports autotune.
 
 from __future__ import annotations
 
-from search_spaces._rules import Pin, Rule, RuleError
+from search_spaces._rules import Pin, Rule, RuleError, pinned_values
 from search_spaces._schema import (
     Param,
     SearchSpace,
@@ -27,4 +27,5 @@ __all__ = [
     "load_pins_file",
     "load_rules_file",
     "load_space_file",
+    "pinned_values",
 ]

@@ -216,3 +216,13 @@ class Pin:
             raise RuleError(f"pin {self.name!r}: no value for {exc.args[0]!r}") from None
         except (TypeError, ZeroDivisionError) as exc:
             raise RuleError(f"pin {self.name!r}: {exc}") from None
+
+
+def pinned_values(pins: tuple[Pin, ...], facts: Mapping[str, Any]) -> dict[str, Any]:
+    """The values the pins whose condition holds on these facts fix. A pin naming a fact the
+    mapping lacks (a partial context, as schema tests bind) fixes nothing."""
+    values: dict[str, Any] = {}
+    for pin in pins:
+        if pin.names <= set(facts) and pin.applies(facts):
+            values.update(pin.values)
+    return values

@@ -43,7 +43,7 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from search_spaces._rules import Expr, Pin, Rule, RuleError
+from search_spaces._rules import Expr, Pin, Rule, RuleError, pinned_values
 
 SPACES_DIR = Path(__file__).parent / "spaces"
 RULES_FILE = SPACES_DIR / "rules.yaml"
@@ -181,12 +181,7 @@ class SearchSpace:
         """The space for one deployment: hardware-derived bounds resolved, facts kept for the
         parameters' conditions, and the parameters its pins fix taken out."""
         try:
-            pinned: dict[str, Any] = {}
-            for pin in self.pins:
-                # A context without the pin's facts (a partial one, as schema tests bind) has
-                # nothing to pin; the core always binds every deployment fact.
-                if pin.names <= set(context) and pin.applies(context):
-                    pinned.update(pin.values)
+            pinned = pinned_values(self.pins, context)
             params = tuple(p.bind(context) for p in self.params if p.name not in pinned)
         except RuleError as exc:
             raise SpaceError(f"search space {self.name!r}: {exc}") from None
