@@ -19,7 +19,7 @@ from autotune.settings import get_settings
 from autotune.traffic.trace import Trace
 from workers.sim.perf import EngineShape, PerfModel, StartFailure
 from workers.sim.profile import Profile, find_profile, load_profile, save_profile
-from workers.sim.scheduler import simulate
+from workers.sim.scheduler import simulate, simulate_data_parallel
 
 
 def _check_args(values: dict[str, Any], device: str) -> None:
@@ -85,32 +85,6 @@ def engine_shape(config: EngineConfig, deployment: DeploymentSpec) -> EngineShap
     return EngineShape(**{f: values[f] for f in EngineShape.__dataclass_fields__})
 
 
-def _merge(parts: list[tuple[np.ndarray, ReplayResult]], n: int) -> ReplayResult:
-    """One replay's result from its replicas' (request indices, result), in request order."""
-    def per_request(name: str, dtype: Any) -> np.ndarray:
-        out = np.empty(n, dtype=dtype)
-        for idx, r in parts:
-            out[idx] = getattr(r, name)
-        return out
-
-    stats: dict[str, float] = {}
-    for _, r in parts:
-        for k, v in r.engine_stats.items():
-            stats[k] = stats.get(k, 0.0) + v
-    queue = per_request("queue_s", float) if all(r.queue_s is not None for _, r in parts) else None
-    return ReplayResult(
-        scheduled_s=per_request("scheduled_s", float), ttft_s=per_request("ttft_s", float),
-        e2e_s=per_request("e2e_s", float),
-        output_tokens=per_request("output_tokens", parts[0][1].output_tokens.dtype),
-        failed=per_request("failed", bool),
-        itl_s=np.concatenate([r.itl_s for _, r in parts]),
-        itl_weight=np.concatenate([r.itl_weight for _, r in parts]),
-        # Each replica's wall time runs from its own first arrival: re-anchor on the first one.
-        wall_s=max(float(r.scheduled_s[0]) + r.wall_s for i, r in parts if len(i))
-        - min(float(r.scheduled_s[0]) for i, r in parts if len(i)),
-        engine_stats=stats, queue_s=queue)
-
-
 class SimulatorBackend(EngineBackend):
     """Deterministic for a given seed. Holds no live resources: picklable for Ray.
 
@@ -163,8 +137,8 @@ class SimulatorBackend(EngineBackend):
         if perf.shape.enable_expert_parallel and perf.shape.data_parallel_size > 1:
             out["all_to_all"] = ("bandwidth/latency model of the GPU link "
                                  "(allgather/reduce-scatter; no measured all-to-all)")
-            out["dp_lockstep"] = ("balanced ranks: each DP rank's MoE priced for its batch times "
-                                  "the DP size; idle ranks' dummy steps not modelled")
+            out["dp_lockstep"] = ("DP ranks step together, each padded to the largest batch; idle "
+                                  "ranks run one-token dummy steps; least-loaded routing")
         return out
 
     @property
@@ -178,22 +152,16 @@ class SimulatorBackend(EngineBackend):
         # Bounded like a real replay: whatever has not finished by then counts as failed.
         horizon = float(arrivals[-1]) + max(600.0, 4 * float(arrivals[-1]))
         deadline = time.monotonic() + self.replay_delay_s
+        args = (arrivals, trace.prompt_tokens, trace.output_tokens, trace.hash_ids,
+                trace.hash_block_tokens, np.random.default_rng(seed), horizon)
         if self._replicas == 1:
-            result = simulate(self._perf, arrivals, trace.prompt_tokens, trace.output_tokens,
-                              trace.hash_ids, trace.hash_block_tokens, np.random.default_rng(seed),
-                              horizon, skip_decode_runs=self.skip_decode_runs)
+            result = simulate(self._perf, *args, skip_decode_runs=self.skip_decode_runs)
         else:
-            # Data parallelism: independent engines (each with its own KV and prefix cache)
-            # behind a round-robin balancer, an approximation of vLLM's load-aware one.
-            parts = []
-            for replica in range(self._replicas):
-                idx = np.arange(replica, len(arrivals), self._replicas)
-                parts.append((idx, simulate(
-                    self._perf, arrivals[idx], trace.prompt_tokens[idx], trace.output_tokens[idx],
-                    tuple(trace.hash_ids[i] for i in idx), trace.hash_block_tokens,
-                    np.random.default_rng([seed, replica]), horizon,
-                    skip_decode_runs=self.skip_decode_runs)))
-            result = _merge(parts, len(arrivals))
+            # An MoE model's DP ranks share the experts and step together (DEP); a dense
+            # model's are independent engines behind one front end.
+            lockstep = self._perf.moe_token_factor > 1
+            result = simulate_data_parallel(self._perf, self._replicas, lockstep, *args,
+                                            skip_decode_runs=self.skip_decode_runs)
         time.sleep(max(0.0, deadline - time.monotonic()))  # replay_delay_s: see the class doc
         return result
 

@@ -25,11 +25,12 @@ on their ranks; under TP (TEP) every rank already holds every token, so the MoE 
 the same all-reduce. With data-parallel attention (DEP) each MoE layer gathers the other
 ranks' tokens and reduce-scatters the results (vLLM's default all2all backend,
 allgather_reducescatter), priced by a bandwidth/latency model of the GPU's link: the catalogue
-has no measured all-to-all. Under DEP each DP rank is an engine of its own
-(attention weights and KV cache replicated per rank, its own requests, simulated as a
-replica) whose MoE layers serve the tokens of all ranks in lockstep: a rank's MoE step is
-priced for its batch times the DP size, the balanced-ranks approximation (an idle rank's dummy
-step and imbalance between ranks are not modelled).
+has no measured all-to-all. Under DEP each DP rank is an engine of its own (attention weights
+and KV cache replicated per rank, its own requests) and the ranks step in lockstep: every rank
+runs as many tokens as the largest batch among them (vLLM pads the ranks' batches to the
+largest while CUDA graphs are on), a rank with no work runs a one-token dummy batch, its MoE
+layers serve the tokens of all ranks, and the step lasts as long as the slowest rank's
+(`lockstep_step_s`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
 
 from autotune.catalogue import DSV4, GPU, Model
 from workers.sim.kv_layout import kv_layout
@@ -72,6 +76,16 @@ class EngineShape:
     max_cudagraph_capture_size: int | None = None
     data_parallel_size: int = 1
     enable_expert_parallel: bool = False
+
+
+class RankBatch(NamedTuple):
+    """What one engine step (of one DP rank) runs: the arguments of `PerfModel.step_s`."""
+
+    decode_seqs: int
+    decode_kv_tokens: int
+    prefill_tokens: int
+    prefill_seqs: int
+    prefill_attn_pairs: float
 
 
 def cudagraph_sizes(max_num_seqs: int, max_capture_size: int | None = None,
@@ -238,6 +252,13 @@ class PerfModel:
         graphed = prefill_tokens == 0 and 0 < tokens <= self._graph_max
         if graphed:
             tokens = self._pad[tokens]
+        gpu = self._base_s(tokens, graphed) + self._attention_s(decode_seqs, decode_kv_tokens,
+                                                                prefill_attn_pairs)
+        return gpu, self._cpu_s(decode_seqs + prefill_seqs, prefill_tokens)
+
+    def _attention_s(self, decode_seqs: int, decode_kv_tokens: float,
+                     prefill_attn_pairs: float) -> float:
+        """Attention and the block-table walk: the part of a step each DP rank does alone."""
         lay = self.layout
         attn_bytes = decode_kv_tokens * lay.read_bytes_per_token + decode_seqs * lay.read_fixed_bytes_per_seq
         pairs = decode_kv_tokens if self._uncapped else min(decode_kv_tokens,
@@ -247,11 +268,73 @@ class PerfModel:
         # Block-table walk: a decode reads ceil((ctx + 1) / bs) blocks, (ctx + 1) / bs + 1/2 on
         # average; the average keeps a run of decode steps affine in its step index.
         blocks = (decode_kv_tokens + decode_seqs) / self.block_size + decode_seqs / 2
-        gpu = self._base_s(tokens, graphed) + attention + self._block_cost * blocks
-        seqs = decode_seqs + prefill_seqs
-        cpu = (self._cpu_step + self._cpu_seq * seqs + self._cpu_small_seq * min(seqs, self._small_batch)
-               + self._cpu_token * prefill_tokens)
-        return gpu, cpu
+        return attention + self._block_cost * blocks
+
+    def _cpu_s(self, seqs: int, prefill_tokens: int) -> float:
+        return (self._cpu_step + self._cpu_seq * seqs + self._cpu_small_seq * min(seqs, self._small_batch)
+                + self._cpu_token * prefill_tokens)
+
+    def lockstep_step_s(self, batches: list[RankBatch | None]) -> float:
+        """One step of DP ranks in lockstep (None: a rank with nothing to run). vLLM pads every
+        rank's batch to the largest one's tokens while CUDA graphs are on
+        (`vllm/v1/worker/dp_utils.py::_synchronize_dp_ranks`; the ranks agree on the lowest
+        graph mode: one rank's prefill takes all of them off full graphs), and a rank without
+        work runs a dummy decode batch of one token (`vllm/v1/worker/gpu_worker.py
+        ::execute_dummy_batch`). So linear and MoE layers and their collectives cost every rank
+        the same (`_base_s` of the padded count: the MoE serves DP times it); attention is each
+        rank's own, and the step lasts as long as the slowest rank's. Eager ranks are not padded
+        in vLLM; pricing them at the largest count too slightly overstates their MoE share."""
+        tokens, uniform_decode = 1, True
+        for b in batches:
+            if b is not None:
+                tokens = max(tokens, b.decode_seqs + b.prefill_tokens)
+                uniform_decode = uniform_decode and b.prefill_tokens == 0
+        graphed = uniform_decode and tokens <= self._graph_max
+        if graphed:
+            tokens = self._pad[tokens]
+        base = self._base_s(tokens, graphed)
+        slowest = 0.0
+        for b in batches:
+            if b is None:
+                t = self._dummy_s(base)
+            else:
+                gpu = base + self._attention_s(b.decode_seqs, b.decode_kv_tokens,
+                                               b.prefill_attn_pairs)
+                cpu = self._cpu_s(b.decode_seqs + b.prefill_seqs, b.prefill_tokens)
+                t = max(gpu, cpu) if self.overlap_cpu else gpu + cpu
+            slowest = max(slowest, t)
+        return slowest
+
+    def _dummy_s(self, base: float) -> float:
+        """A rank's dummy batch: no scheduling, one token over a context of one."""
+        gpu, cpu = base + self._attention_s(1, 1, 0.0), self._cpu_step
+        return max(gpu, cpu) if self.overlap_cpu else gpu + cpu
+
+    def lockstep_decode_s(self, seqs: list[int], kv_tokens: list[int], idle_ranks: int,
+                          steps: int) -> np.ndarray:
+        """The times of `steps` decode-only lockstep steps, as `lockstep_step_s` prices each:
+        busy rank i decodes seqs[i] sequences over kv_tokens[i] context tokens in the first
+        step (each step adds seqs[i]); idle_ranks ranks run dummy batches."""
+        tokens = max(seqs)
+        graphed = tokens <= self._graph_max
+        if graphed:
+            tokens = self._pad[tokens]
+        base = self._base_s(tokens, graphed)
+        lay, j = self.layout, np.arange(steps, dtype=float)
+        slowest = np.full(steps, self._dummy_s(base) if idle_ranks else 0.0)
+        for m, kv0 in zip(seqs, kv_tokens, strict=True):
+            kv = kv0 + m * j
+            # _attention_s over an array of contexts (no prefill pairs in a decode step).
+            attn_bytes = kv * lay.read_bytes_per_token + m * lay.read_fixed_bytes_per_seq
+            pairs = kv if self._uncapped else np.minimum(kv, m * lay.attended_cap_tokens)
+            attention = np.maximum(attn_bytes / self.attn_bps,
+                                   lay.attn_flops_per_pair * (0.0 + pairs) / self.attn_flops)
+            blocks = (kv + m) / self.block_size + m / 2
+            gpu = base + (attention + self._block_cost * blocks)
+            cpu = self._cpu_s(m, 0)
+            np.maximum(slowest, np.maximum(gpu, cpu) if self.overlap_cpu else gpu + cpu,
+                       out=slowest)
+        return slowest
 
     def _decode_regimes(self, seqs: int) -> tuple[list[float], list[tuple[float, float]]]:
         """For decode-only steps of `seqs` sequences: the context sizes (kv tokens, all

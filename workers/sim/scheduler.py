@@ -15,21 +15,32 @@ cached are not computed again (the last prompt token always is) and share the ca
 memory. Cached blocks nobody uses stay cached but count as free; allocation evicts them, least
 recently used first. A request longer than `max_model_len` is refused, as vLLM answers 400.
 
+Data parallelism (`simulate_data_parallel`): each DP rank is an engine core of its own (its
+queue, KV blocks and prefix cache, `_Rank` here); the front end sends each request to the
+least-loaded rank. Dense models' ranks run independently. An MoE model's ranks step in
+lockstep (`DPEngineCoreProc`): every MoE layer exchanges tokens between all ranks, so a step
+lasts as long as the slowest rank's, and a rank with nothing to run takes a dummy step while
+any rank has work.
+
 Speed: runs of decode-only steps in which nothing arrives, finishes or needs memory it cannot get
-are advanced in one go; their step times are evaluated as one array.
+are advanced in one go; their step times are evaluated as one array (one rank at a time: ranks
+in lockstep step one step at a time).
 """
 
 from __future__ import annotations
 
 import math
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 
 import numpy as np
 
 from autotune.records import ReplayResult
-from workers.sim.perf import PerfModel
+from workers.sim.perf import PerfModel, RankBatch
 
 MIN_RUN = 2  # a run of one step is just a step
+HORIZON_STEPS = 1 << 62
+INF = float("inf")
 
 
 class _Req:
@@ -95,84 +106,91 @@ class _PrefixCache:
             truly_free += self.blocks_per_hash
 
 
-def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
-             output_tokens: np.ndarray, hash_ids: tuple[tuple[int, ...], ...],
-             hash_block_tokens: int, rng: np.random.Generator,
-             horizon_s: float, skip_decode_runs: bool = True) -> ReplayResult:
-    """Replay arrivals against the modelled engine. skip_decode_runs=False steps one engine
-    step at a time (the reference the fast path is benchmarked and tested against)."""
-    s = perf.shape
-    bs, budget_max, max_seqs = perf.block_size, s.max_num_batched_tokens, s.max_num_seqs
-    chunked, caching = s.enable_chunked_prefill, s.enable_prefix_caching
-    threshold = s.long_prefill_token_threshold if s.long_prefill_token_threshold > 0 else budget_max
-    fixed = perf.fixed_blocks_per_seq
-    hbt = max(hash_block_tokens, 1)
-    n = len(arrival_s)
-    # Python numbers once for the whole trace: indexing numpy arrays per request is slow.
-    arrivals, prompts = np.asarray(arrival_s, dtype=float).tolist(), np.asarray(prompt_tokens).tolist()
-    outputs = np.asarray(output_tokens).tolist()
-    no_hashes: tuple[int, ...] = ()
-    reqs = [_Req(i, arrivals[i], int(prompts[i]), max(1, int(outputs[i])),
-                 hash_ids[i] if caching else no_hashes) for i in range(n)]
-    refused = [r for r in reqs if r.prompt + r.target > s.max_model_len]
-    for r in refused:  # vLLM answers 400: the request never reaches the scheduler
-        r.target = 0
-    order = [r for r in reqs if r.target]
-    total = len(order)
-    cache = _PrefixCache(hbt / bs)
-    free = float(perf.num_blocks)  # includes evictable cached blocks
-    low_free = [free]  # the fewest free blocks seen: peak KV-cache usage
-    waiting: deque[_Req] = deque()
-    running: list[_Req] = []
-    runs: list[tuple[float, float, int, int]] = []  # decode-run pieces: a, b, steps, seqs
-    single_gaps: list[float] = []  # inter-token gaps of one sequence each
-    shared_gaps: list[float] = []  # ... and of shared_counts[i] sequences each (one step's)
-    shared_counts: list[int] = []
-    clock, nxt, finished, preemptions = 0.0, 0, 0, 0
-    cache_queries = cache_hits = 0
-    noise = 1.0 + perf.profile.coefficients.noise_cv * rng.standard_normal()
-    step_s = perf.step_s
-    horizon_steps = 1 << 62
-    inf = float("inf")
+class _Rank:
+    """One engine core's scheduler (the whole engine, or one DP rank): its queue, running
+    requests, KV blocks and prefix cache, and the inter-token gaps it has seen."""
 
-    def extra_blocks(r: _Req, tokens: int) -> int:
+    def __init__(self, perf: PerfModel, hash_block_tokens: int, noise: float) -> None:
+        s = perf.shape
+        self.perf, self.noise = perf, noise
+        self.bs, self.budget_max, self.max_seqs = perf.block_size, s.max_num_batched_tokens, s.max_num_seqs
+        self.chunked, self.caching = s.enable_chunked_prefill, s.enable_prefix_caching
+        self.threshold = (s.long_prefill_token_threshold if s.long_prefill_token_threshold > 0
+                          else self.budget_max)
+        self.fixed = perf.fixed_blocks_per_seq
+        self.hbt = max(hash_block_tokens, 1)
+        self.cache = _PrefixCache(self.hbt / self.bs)
+        self.free = float(perf.num_blocks)  # includes evictable cached blocks
+        self.low_free = self.free  # the fewest free blocks seen: peak KV-cache usage
+        self.waiting: deque[_Req] = deque()
+        self.running: list[_Req] = []
+        self.clock = 0.0
+        self.finished = self.preemptions = self.cache_queries = self.cache_hits = 0
+        self.runs: list[tuple[float, float, int, int]] = []  # decode-run pieces: a, b, steps, seqs
+        self.single_gaps: list[float] = []  # inter-token gaps of one sequence each
+        self.shared_gaps: list[float] = []  # ... and of shared_counts[i] sequences each (one step's)
+        self.shared_counts: list[int] = []
+        # The step being built and completed (see schedule and complete).
+        self._scheduled = 0
+        self._skipped = False
+        # After a step, over the requests still running: whether one is mid-prefill, the fewest
+        # tokens one has left to generate, and their context tokens (decode runs start from it).
+        self.mid_prefill, self.k, self.kv = False, HORIZON_STEPS, 0
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    def load_score(self) -> float:
+        """How loaded the front end thinks this rank is (DPLBAsyncMPClient)."""
+        waiting = len(self.waiting)
+        score = float(waiting + len(self.running))
+        if waiting:  # a queue on a rank short of KV drains slowly
+            usage = 1.0 - self.free / self.perf.num_blocks
+            score += waiting * 6.0 * max(0.0, usage - 0.5)
+        return score
+
+    # --- KV blocks -------------------------------------------------------------------------
+
+    def _extra_blocks(self, r: _Req, tokens: int) -> int:
         """Blocks r must add to hold `tokens` tokens (its first ones bring the fixed ones)."""
         over = tokens - r.cap
-        grow = math.ceil(over / bs) if over > 0 else 0
-        return grow + (fixed if not r.private else 0)
+        grow = math.ceil(over / self.bs) if over > 0 else 0
+        return grow + (self.fixed if not r.private else 0)
 
-    def take(r: _Req, blocks: int) -> None:
-        nonlocal free
+    def _take(self, r: _Req, blocks: int) -> None:
         if blocks:
-            r.cap += (blocks - (fixed if not r.private else 0)) * bs  # fixed blocks hold no tokens
+            r.cap += (blocks - (self.fixed if not r.private else 0)) * self.bs  # fixed blocks hold no tokens
             r.private += blocks
-            free -= blocks
-            if free < cache.evictable_blocks:
-                cache.evict_until(free - cache.evictable_blocks)
-            if free < low_free[0]:
-                low_free[0] = free
+            self.free -= blocks
+            self._after_alloc()
 
-    def release(r: _Req) -> None:
-        nonlocal free
-        free += r.private
+    def _after_alloc(self) -> None:
+        cache = self.cache
+        if self.free < cache.evictable_blocks:
+            cache.evict_until(self.free - cache.evictable_blocks)
+        if self.free < self.low_free:
+            self.low_free = self.free
+
+    def _release(self, r: _Req) -> None:
+        self.free += r.private
         for h in r.shared:
-            free += cache.release(h)
+            self.free += self.cache.release(h)
         r.private, r.shared, r.shared_blocks, r.cap = 0, [], 0.0, 0.0
 
-    def preempt(victim: _Req) -> None:
+    def _preempt(self, victim: _Req) -> None:
         """Recompute: victim (already taken off `running`) goes back to the front of the queue."""
-        nonlocal preemptions
         victim.running = False
-        release(victim)
+        self._release(victim)
         victim.computed = 0
         victim.prefill_len = victim.prompt + victim.generated
         victim.looked_up = False
-        waiting.appendleft(victim)
-        preemptions += 1
+        self.waiting.appendleft(victim)
+        self.preemptions += 1
 
-    def register(r: _Req) -> None:
+    def _register(self, r: _Req) -> None:
         """Its prompt is computed: its full hashed blocks become cached, shared from now on."""
-        nonlocal free
+        cache, hbt = self.cache, self.hbt
         r.registered = True
         full = min(len(r.hashes), r.prompt // hbt)
         moved = 0.0
@@ -184,65 +202,65 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
             moved += cache.blocks_per_hash
         if moved:  # those blocks are now the cache's; what stays private shrinks to match
             r.shared_blocks += moved
-            keep = max(0, math.ceil(r.cap / bs - r.shared_blocks)) + fixed
-            free += r.private - keep
+            keep = max(0, math.ceil(r.cap / self.bs - r.shared_blocks)) + self.fixed
+            self.free += r.private - keep
             r.private = keep
-            r.cap = ((keep - fixed) + r.shared_blocks) * bs
+            r.cap = ((keep - self.fixed) + r.shared_blocks) * self.bs
 
-    def lookup(r: _Req) -> None:
-        nonlocal free, cache_queries, cache_hits
+    def _lookup(self, r: _Req) -> None:
+        cache = self.cache
         r.looked_up = True
         hit = 0
         for h in r.hashes:
             if h not in cache:
                 break
             hit += 1
-        hit_tokens = min(int(hit * hbt // bs) * bs, r.prefill_len - 1) if hit else 0
-        cache_queries += r.prefill_len
-        cache_hits += hit_tokens
+        hit_tokens = min(int(hit * self.hbt // self.bs) * self.bs, r.prefill_len - 1) if hit else 0
+        self.cache_queries += r.prefill_len
+        self.cache_hits += hit_tokens
         if hit_tokens:
             for h in r.hashes[:hit]:
-                free -= cache.acquire(h)
+                self.free -= cache.acquire(h)
             r.shared = list(r.hashes[:hit])
             r.shared_blocks = hit * cache.blocks_per_hash
-            r.cap = r.shared_blocks * bs
+            r.cap = r.shared_blocks * self.bs
             r.computed = hit_tokens
 
-    def make_room(r: _Req, extra: int, running: list[_Req]) -> bool:
+    def _make_room(self, r: _Req, extra: int) -> bool:
         """Give running request r `extra` more blocks, preempting the newest running requests
         (perhaps r itself) while they do not fit. Returns whether any was preempted."""
+        running = self.running
         preempted = False
-        while extra > free and running:
+        while extra > self.free and running:
             victim = running.pop()  # the newest running request
-            preempt(victim)
+            self._preempt(victim)
             preempted = True
             if victim is r:
                 break
         if r.running:
-            take(r, extra)
+            self._take(r, extra)
         return preempted
 
-    def run_state(running: list[_Req]) -> tuple[bool, int, int]:
-        """Whether a running request is mid-prefill, the fewest tokens one has left to
-        generate, and the context tokens of all (what the step loop tracks as it goes)."""
-        k, kv = horizon_steps, 0
-        for r in running:
+    def _run_state(self) -> None:
+        """mid_prefill, k and kv recomputed over all running requests."""
+        k, kv = HORIZON_STEPS, 0
+        for r in self.running:
             if r.computed < r.prefill_len:
-                return True, 0, 0
+                self.mid_prefill, self.k, self.kv = True, 0, 0
+                return
             if r.target - r.generated < k:
                 k = r.target - r.generated
             kv += r.computed
-        return False, k, kv
+        self.mid_prefill, self.k, self.kv = False, k, kv
 
-    while finished < total and clock <= horizon_s:
-        while nxt < total and order[nxt].arrival <= clock:
-            waiting.append(order[nxt])
-            nxt += 1
-        if not running and not waiting:
-            clock = order[nxt].arrival
-            continue
-        budget = budget_max
-        long_cap = threshold if len(running) + len(waiting) > 1 else budget_max
+    # --- one step --------------------------------------------------------------------------
+
+    def schedule(self, clock: float) -> RankBatch | None:
+        """Build the step starting at `clock` (arrivals up to it are in `waiting`): the batch,
+        or None if nothing could be scheduled."""
+        running, waiting = self.running, self.waiting
+        budget = self.budget_max
+        long_cap = self.threshold if len(running) + len(waiting) > 1 else budget
         preempted = skipped = False
         decode_kv = decode_seqs = prefill_tokens = prefill_seqs = 0
         pairs = 0.0
@@ -256,7 +274,7 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
             computed = r.computed
             if computed >= r.prefill_len:  # a decode: one token
                 if computed + 1 > r.cap:
-                    preempted |= make_room(r, extra_blocks(r, computed + 1), running)
+                    preempted |= self._make_room(r, self._extra_blocks(r, computed + 1))
                     if not r.running:
                         break  # r was the last one left
                 budget -= 1
@@ -265,7 +283,7 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
             else:
                 need = min(r.prefill_len - computed, budget, long_cap)
                 if computed + need > r.cap:
-                    preempted |= make_room(r, extra_blocks(r, computed + need), running)
+                    preempted |= self._make_room(r, self._extra_blocks(r, computed + need))
                     if not r.running:
                         break
                 budget -= need
@@ -274,19 +292,19 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
                 pairs += need * (computed + need / 2)
                 r.chunk = need
         scheduled = decode_seqs + prefill_seqs
-        while waiting and not preempted and len(running) < max_seqs and budget > 0:
+        while waiting and not preempted and len(running) < self.max_seqs and budget > 0:
             r = waiting[0]
-            if not r.looked_up and r.computed == 0 and caching:
-                lookup(r)
+            if not r.looked_up and r.computed == 0 and self.caching:
+                self._lookup(r)
             remaining = r.prefill_len - r.computed
-            if not chunked and remaining > budget:
+            if not self.chunked and remaining > budget:
                 break
             need = min(remaining, budget, long_cap)
-            extra = extra_blocks(r, r.computed + need)
-            if extra > free:
+            extra = self._extra_blocks(r, r.computed + need)
+            if extra > self.free:
                 break
             waiting.popleft()
-            take(r, extra)
+            self._take(r, extra)
             budget -= need
             running.append(r)
             r.running = True
@@ -297,17 +315,21 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
             prefill_tokens += need
             pairs += need * (r.computed + need / 2)
             r.chunk = need
-        if not scheduled:  # blocked on memory with nothing running: cannot happen if start succeeded
-            clock = order[nxt].arrival if nxt < total else clock + 1.0
-            continue
-        dt = step_s(decode_seqs, decode_kv, prefill_tokens, prefill_seqs, pairs) * noise
-        step_start = clock
-        clock += dt
+        self._scheduled, self._skipped = scheduled, skipped
+        if not scheduled:
+            return None
+        return RankBatch(decode_seqs, decode_kv, prefill_tokens, prefill_seqs, pairs)
+
+    def complete(self, batch: RankBatch, step_start: float, clock: float) -> None:
+        """The step scheduled at step_start ends at `clock`: its tokens are out."""
+        self.clock = clock
+        running, scheduled, skipped = self.running, self._scheduled, self._skipped
         any_done = mid_prefill = False
         after_previous_step = 0  # decodes whose last token came at step_start: one shared gap
-        # Over the requests still running after the step (see run_state): the fewest tokens
+        single_gaps = self.single_gaps
+        # Over the requests still running after the step (see _run_state): the fewest tokens
         # left, and the context tokens (each decode adds one; completions are taken off).
-        k, kv = horizon_steps, decode_kv + decode_seqs
+        k, kv = HORIZON_STEPS, batch.decode_kv_tokens + batch.decode_seqs
         for r in (running[:scheduled] if skipped else running):
             computed = r.computed
             if computed >= r.prefill_len:  # a decode: one token
@@ -324,8 +346,8 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
                     r.done_s = clock
                     r.running = False
                     any_done = True
-                    release(r)
-                    finished += 1
+                    self._release(r)
+                    self.finished += 1
                     kv -= computed
                 elif left < k:
                     k = left
@@ -334,8 +356,8 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
             if computed < r.prefill_len:
                 mid_prefill = True
                 continue  # a prefill chunk that does not finish the prompt emits nothing
-            if caching and not r.registered:
-                register(r)
+            if self.caching and not r.registered:
+                self._register(r)
             if r.generated == 0:
                 r.first_s = clock
             else:
@@ -347,37 +369,80 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
                 r.done_s = clock
                 r.running = False
                 any_done = True
-                release(r)
-                finished += 1
+                self._release(r)
+                self.finished += 1
             else:
                 if left < k:
                     k = left
                 kv += computed
         if after_previous_step:
-            shared_gaps.append(clock - step_start)
-            shared_counts.append(after_previous_step)
+            self.shared_gaps.append(clock - step_start)
+            self.shared_counts.append(after_previous_step)
         if any_done:
-            running = [r for r in running if r.running]
-        if skipped and skip_decode_runs:  # some running requests were not in this step
-            mid_prefill, k, kv = run_state(running)
-        # Advance runs of decode-only steps in closed form while nothing can change them.
-        while skip_decode_runs and running and not mid_prefill:
-            can_admit = len(running) < max_seqs and (waiting or nxt < total)
-            if waiting and can_admit:
-                break
-            if k < MIN_RUN:  # k: up to the first completion
-                break
-            m = len(running)
-            # Memory: stop before the first step whose new blocks no longer fit (each sequence
-            # needs at most k // bs + 1 new blocks; the exact count only when that may not fit).
-            if m * (k // bs + 1) > free:
-                k = _steps_that_fit([r.cap - r.computed for r in running], k, free, bs)
-                if k < MIN_RUN:
-                    break
-            pieces = perf.decode_segments(m, float(kv), k)
+            self.running = [r for r in running if r.running]
+        self.mid_prefill, self.k, self.kv = mid_prefill, k, kv
+        if skipped:  # some running requests were not in this step
+            self._run_state()
+
+    def run_steps(self) -> int:
+        """How many decode-only steps this rank can take in one go (0: none): nobody is
+        mid-prefill or waits with room to be admitted; up to the first completion, and while
+        every step's new blocks fit."""
+        running = self.running
+        if not running or self.mid_prefill:
+            return 0
+        if self.waiting and len(running) < self.max_seqs:
+            return 0
+        k = self.k
+        if k < MIN_RUN:
+            return 0
+        # Memory: stop before the first step whose new blocks no longer fit (each sequence
+        # needs at most k // bs + 1 new blocks; the exact count only when that may not fit).
+        if len(running) * (k // self.bs + 1) > self.free:
+            k = _steps_that_fit([r.cap - r.computed for r in running], k, self.free, self.bs)
+        return k if k >= MIN_RUN else 0
+
+    def advance(self, steps: int, clock: float) -> None:
+        """Every running request decodes `steps` tokens, the last at `clock`."""
+        bs, running = self.bs, self.running
+        self.clock = clock
+        k, kv = HORIZON_STEPS, self.kv + len(running) * steps
+        any_done = False
+        for r in running:
+            r.computed = computed = r.computed + steps
+            r.generated = generated = r.generated + steps
+            r.last_s = clock
+            if computed > r.cap:  # a running request holds its fixed blocks already
+                grow = math.ceil((computed - r.cap) / bs)
+                r.cap += grow * bs
+                r.private += grow
+                self.free -= grow
+                self._after_alloc()
+            left = r.target - generated
+            if left <= 0:
+                r.done_s = clock
+                r.running = False
+                any_done = True
+                self._release(r)
+                self.finished += 1
+                kv -= computed
+            elif left < k:
+                k = left
+        if any_done:
+            self.running = [r for r in running if r.running]
+        self.k, self.kv = k, kv
+
+    def decode_runs(self, next_arrival: float, more_arrivals: bool) -> None:
+        """Advance runs of decode-only steps in closed form while nothing can change them (see
+        run_steps; a step that starts at or after next_arrival could admit it). Moves clock."""
+        noise = self.noise
+        while k := self.run_steps():
+            m = len(self.running)
+            pieces = self.perf.decode_segments(m, float(self.kv), k)
             # A step that starts before the next arrival cannot see it: the run takes every step
             # that starts before it (the stepwise loop admits arrivals at a step's start).
-            limit = (order[nxt].arrival - clock) if can_admit and nxt < total else inf
+            can_admit = m < self.max_seqs and more_arrivals
+            limit = (next_arrival - self.clock) if can_admit else INF
             done_steps, elapsed = 0, 0.0
             taken: list[tuple[float, float, int, int]] = []
             for first, end, a, b in pieces:
@@ -393,53 +458,190 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
                     break
             if done_steps < MIN_RUN:
                 break
-            runs.extend(taken)
-            clock += elapsed
-            run_k, k, kv = k, horizon_steps, kv + m * done_steps
-            any_done = False
-            for r in running:
-                r.computed = computed = r.computed + done_steps
-                r.generated = generated = r.generated + done_steps
-                r.last_s = clock
-                if computed > r.cap:  # a running request holds its fixed blocks already
-                    grow = math.ceil((computed - r.cap) / bs)
-                    r.cap += grow * bs
-                    r.private += grow
-                    free -= grow
-                    if free < cache.evictable_blocks:
-                        cache.evict_until(free - cache.evictable_blocks)
-                    if free < low_free[0]:
-                        low_free[0] = free
-                left = r.target - generated
-                if left <= 0:
-                    r.done_s = clock
-                    r.running = False
-                    any_done = True
-                    release(r)
-                    finished += 1
-                    kv -= computed
-                elif left < k:
-                    k = left
-            if done_steps < run_k:
+            self.runs.extend(taken)
+            self.advance(done_steps, self.clock + elapsed)
+            if done_steps < k or next_arrival <= self.clock:
                 break  # stopped by an arrival or by memory: a plain step comes next
-            if any_done:
-                running = [r for r in running if r.running]
-            if nxt < total and order[nxt].arrival <= clock:
-                break
 
-    # Token times as the client sees them: each one a frontend's way after its step.
+
+def _requests(arrival_s: np.ndarray, prompt_tokens: np.ndarray, output_tokens: np.ndarray,
+              hash_ids: tuple[tuple[int, ...], ...], caching: bool, max_model_len: int
+              ) -> tuple[list[_Req], list[_Req], int]:
+    """All requests, those the engine accepts in arrival order, and how many it refuses."""
+    # Python numbers once for the whole trace: indexing numpy arrays per request is slow.
+    arrivals, prompts = np.asarray(arrival_s, dtype=float).tolist(), np.asarray(prompt_tokens).tolist()
+    outputs = np.asarray(output_tokens).tolist()
+    no_hashes: tuple[int, ...] = ()
+    reqs = [_Req(i, arrivals[i], int(prompts[i]), max(1, int(outputs[i])),
+                 hash_ids[i] if caching else no_hashes) for i in range(len(arrivals))]
+    refused = 0
+    for r in reqs:
+        if r.prompt + r.target > max_model_len:  # vLLM answers 400: it never reaches the scheduler
+            r.target = 0
+            refused += 1
+    return reqs, [r for r in reqs if r.target], refused
+
+
+def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
+             output_tokens: np.ndarray, hash_ids: tuple[tuple[int, ...], ...],
+             hash_block_tokens: int, rng: np.random.Generator,
+             horizon_s: float, skip_decode_runs: bool = True) -> ReplayResult:
+    """Replay arrivals against the modelled engine. skip_decode_runs=False steps one engine
+    step at a time (the reference the fast path is benchmarked and tested against)."""
+    reqs, order, refused = _requests(arrival_s, prompt_tokens, output_tokens, hash_ids,
+                                     perf.shape.enable_prefix_caching, perf.shape.max_model_len)
+    noise = 1.0 + perf.profile.coefficients.noise_cv * rng.standard_normal()
+    rank = _Rank(perf, hash_block_tokens, noise)
+    total, nxt = len(order), 0
+    step_s, waiting = perf.step_s, rank.waiting
+    while rank.finished < total and rank.clock <= horizon_s:
+        clock = rank.clock
+        while nxt < total and order[nxt].arrival <= clock:
+            waiting.append(order[nxt])
+            nxt += 1
+        if not rank.busy:
+            rank.clock = order[nxt].arrival
+            continue
+        batch = rank.schedule(clock)
+        if batch is None:  # blocked on memory with nothing running: cannot happen if start succeeded
+            rank.clock = order[nxt].arrival if nxt < total else clock + 1.0
+            continue
+        rank.complete(batch, clock, clock + step_s(*batch) * noise)
+        if skip_decode_runs:
+            rank.decode_runs(order[nxt].arrival if nxt < total else INF, nxt < total)
+    return _result(perf, reqs, [rank], refused)
+
+
+def simulate_data_parallel(perf: PerfModel, ranks: int, lockstep: bool, arrival_s: np.ndarray,
+                           prompt_tokens: np.ndarray, output_tokens: np.ndarray,
+                           hash_ids: tuple[tuple[int, ...], ...], hash_block_tokens: int,
+                           rng: np.random.Generator, horizon_s: float,
+                           skip_decode_runs: bool = True) -> ReplayResult:
+    """Replay arrivals against `ranks` data-parallel engine cores of the modelled shape (perf:
+    one rank's). Each request goes to the least-loaded rank (score as the DP front end,
+    `vllm/v1/engine/core_client.py::DPLBAsyncMPClient.get_core_engine_for_request`, counts it:
+    unfinished requests, plus waiting ones weighted by KV pressure; ties rotate). lockstep: the
+    ranks of an MoE model step together (`vllm/v1/engine/core.py::DPEngineCoreProc
+    .run_busy_loop`), each step priced by `PerfModel.lockstep_step_s`; otherwise they run
+    independently, as vLLM runs a dense model's ranks (`EngineCoreProc`)."""
+    reqs, order, refused = _requests(arrival_s, prompt_tokens, output_tokens, hash_ids,
+                                     perf.shape.enable_prefix_caching, perf.shape.max_model_len)
+    noise = 1.0 + perf.profile.coefficients.noise_cv * rng.standard_normal()
+    group = [_Rank(perf, hash_block_tokens, noise) for _ in range(ranks)]
+    total, nxt, start = len(order), 0, 0
+    lock_runs: list[tuple[np.ndarray, int]] = []  # lockstep decode runs: step times, sequences
+
+    def route(r: _Req) -> _Rank:
+        nonlocal start
+        best, best_score = group[start], INF
+        for j in range(ranks):
+            rank = group[(start + j) % ranks]
+            score = rank.load_score()
+            if score < best_score:
+                best, best_score = rank, score
+        start = (start + 1) % ranks
+        best.waiting.append(r)
+        return best
+
+    def finished() -> int:
+        return sum(rank.finished for rank in group)
+
+    if lockstep:
+        clock = 0.0
+        while finished() < total and clock <= horizon_s:
+            while nxt < total and order[nxt].arrival <= clock:
+                route(order[nxt])
+                nxt += 1
+            if not any(rank.busy for rank in group):
+                clock = order[nxt].arrival
+                continue
+            batches = [rank.schedule(clock) if rank.busy else None for rank in group]
+            if all(b is None for b in batches):  # blocked on memory: cannot happen, as above
+                clock = order[nxt].arrival if nxt < total else clock + 1.0
+                continue
+            end = clock + perf.lockstep_step_s(batches) * noise
+            for rank, batch in zip(group, batches, strict=True):
+                if batch is not None:
+                    rank.complete(batch, clock, end)
+            clock = end
+            if skip_decode_runs:
+                clock = _lockstep_decode_runs(perf, group, clock, noise, lock_runs,
+                                              order[nxt].arrival if nxt < total else INF,
+                                              nxt < total)
+    else:
+        while finished() < total:
+            arrival = order[nxt].arrival if nxt < total else INF
+            busy = [rank for rank in group if rank.busy]
+            earliest = min(busy, key=lambda g: g.clock) if busy else None
+            if earliest is None or arrival <= earliest.clock:
+                target = route(order[nxt])
+                nxt += 1
+                if not target.running and len(target.waiting) == 1:  # it was idle until now
+                    target.clock = max(target.clock, arrival)
+                continue
+            if earliest.clock > horizon_s:
+                break
+            clock = earliest.clock
+            batch = earliest.schedule(clock)
+            if batch is None:  # blocked on memory: cannot happen, as above
+                earliest.clock = arrival if nxt < total else clock + 1.0
+                continue
+            earliest.complete(batch, clock, clock + perf.step_s(*batch) * noise)
+            if skip_decode_runs:
+                earliest.decode_runs(arrival, nxt < total)
+    return _result(perf, reqs, group, refused, lock_runs)
+
+
+def _lockstep_decode_runs(perf: PerfModel, group: list[_Rank], clock: float, noise: float,
+                          lock_runs: list[tuple[np.ndarray, int]], next_arrival: float,
+                          more_arrivals: bool) -> float:
+    """Ranks in lockstep: advance runs of steps in which every busy rank only decodes (see
+    `_Rank.run_steps`) in one go, up to the first completion on any rank and before the next
+    arrival (it may go to any rank). Returns the new clock."""
+    while True:
+        busy = [rank for rank in group if rank.busy]
+        if not busy:
+            return clock
+        k = min(rank.run_steps() for rank in busy)
+        if not k:
+            return clock
+        seqs = [len(rank.running) for rank in busy]
+        times = perf.lockstep_decode_s(seqs, [rank.kv for rank in busy], len(group) - len(busy),
+                                       k) * noise
+        ends = np.cumsum(times)
+        # Steps that start before the next arrival (step j starts at ends[j] - times[j]).
+        c = int(np.searchsorted(ends - times, next_arrival - clock)) if more_arrivals else k
+        if c < MIN_RUN:
+            return clock
+        lock_runs.append((times[:c], sum(seqs)))
+        clock += float(ends[c - 1])
+        for rank in busy:
+            rank.advance(c, clock)
+        if c < k or next_arrival <= clock:
+            return clock
+
+
+def _result(perf: PerfModel, reqs: list[_Req], group: list[_Rank], refused: int,
+            lock_runs: Sequence[tuple[np.ndarray, int]] = ()) -> ReplayResult:
+    """The replay's result: per request times as the client sees them (each token a frontend's
+    way after its step), and the inter-token gaps of all ranks."""
     frontend = perf.profile.coefficients.frontend_s
     first_token = np.array([r.first_s for r in reqs]) + frontend
     done = np.array([r.done_s for r in reqs]) + frontend
     arrival = np.array([r.arrival for r in reqs])
     queue = np.array([r.sched_s for r in reqs])
     failed = np.isnan(done)
+    runs = [piece for rank in group for piece in rank.runs]
     run_values, run_weights = _expand_runs(runs)
-    values = np.concatenate([run_values, np.asarray(shared_gaps, dtype=float),
-                             np.asarray(single_gaps, dtype=float)])
-    weights = np.concatenate([run_weights, np.asarray(shared_counts, dtype=np.int64),
-                              np.ones(len(single_gaps), dtype=np.int64)])
-    last = np.nanmax(done) if (~failed).any() else clock
+    values = np.concatenate([run_values] + [times for times, _ in lock_runs]
+                            + [np.asarray(rank.shared_gaps, dtype=float) for rank in group]
+                            + [np.asarray(rank.single_gaps, dtype=float) for rank in group])
+    weights = np.concatenate([run_weights]
+                             + [np.full(len(times), seqs, dtype=np.int64) for times, seqs in lock_runs]
+                             + [np.asarray(rank.shared_counts, dtype=np.int64) for rank in group]
+                             + [np.ones(len(rank.single_gaps), dtype=np.int64) for rank in group])
+    last = np.nanmax(done) if (~failed).any() else max(rank.clock for rank in group)
+    queries = sum(rank.cache_queries for rank in group)
     return ReplayResult(
         scheduled_s=arrival,
         ttft_s=first_token - arrival,
@@ -448,15 +650,17 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
         failed=failed,
         itl_s=values,
         itl_weight=weights,
-        wall_s=float(last - arrival[0]) if n else 0.0,
-        engine_stats={"preemptions": float(preemptions), "kv_blocks": float(perf.num_blocks),
-                      "prefix_cache_hit_rate": cache_hits / cache_queries if cache_queries else 0.0,
-                      "refused_requests": float(len(refused)),
-                      "kv_cache_usage_peak": 1.0 - low_free[0] / perf.num_blocks},
+        wall_s=float(last - arrival[0]) if len(reqs) else 0.0,
+        engine_stats={
+            "preemptions": float(sum(rank.preemptions for rank in group)),
+            "kv_blocks": float(perf.num_blocks * len(group)),
+            "prefix_cache_hit_rate": (sum(rank.cache_hits for rank in group) / queries
+                                      if queries else 0.0),
+            "refused_requests": float(refused),
+            # The fullest rank's peak (vLLM reports each engine's usage).
+            "kv_cache_usage_peak": max(1.0 - rank.low_free / perf.num_blocks for rank in group)},
         queue_s=queue - arrival,
     )
-
-
 def _steps_that_fit(room: list[float], k: int, free: float, bs: int) -> int:
     """The most decode steps (<= k) whose new blocks fit in `free`, given the tokens each
     sequence can still add to the blocks it holds."""
