@@ -163,7 +163,7 @@ def vllm_defaults(dep: DeploymentSpec) -> EngineConfig:
 
 
 def guide_heuristic(dep: DeploymentSpec) -> EngineConfig:
-    """The tuning guide's decision tree (../shared/tuning-guide/)."""
+    """The practitioners' tuning guide's decision tree, as autotune's heuristic baseline."""
     g = dep.gpu_info
     return EngineConfig(**{
         **deployment_args(dep),

@@ -45,7 +45,7 @@ from autotune.traffic.trace import load_trace
 from workers.vllm.metrics import KV_USAGE, kv_usage_in
 
 ROOT = Path(__file__).resolve().parents[1]
-AZURE_CODE = ROOT.parent / "shared" / "traces" / "azure_llm_2023_code.csv"
+AZURE_CODE = ROOT / "traces" / "azure_llm_2023_code.csv"
 BOUND_MS = 5.0
 
 STAND_IN = r"""

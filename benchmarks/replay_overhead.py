@@ -34,7 +34,7 @@ from autotune.traffic.trace import load_trace
 from workers.vllm.backend import VllmBackend
 
 ROOT = Path(__file__).resolve().parents[1]
-AZURE_CODE = ROOT.parent / "shared" / "traces" / "azure_llm_2023_code.csv"
+AZURE_CODE = ROOT / "traces" / "azure_llm_2023_code.csv"
 MAX_MODEL_LEN = 2048
 CHUNK = 16  # vllm bench's --timed-trace-chunk-hash-size default
 

@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sim_speed import conversation_like_trace
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACES = Path(os.environ.get("AUTOTUNE_TRACES_DIR", ROOT.parent / "shared" / "traces"))
+TRACES = ROOT / "traces"
 L40S = DeploymentSpec(name="l", model="Llama-3.1-8B", gpu="L40S", gpu_count=1,
                       tensor_parallel_size=1, max_model_len=16384)
 H200X8 = DeploymentSpec(name="m", model="DeepSeek-V4-Flash", gpu="H200-141GB", gpu_count=8,

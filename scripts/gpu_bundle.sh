@@ -105,7 +105,7 @@ tmp.replace(path)
 print(f"gpu_bundle: vllm wheel {path.stat().st_size / 2**20:.0f} MiB, "
       f"{len(src.infolist()) - len(kept)} kernels dropped", file=sys.stderr)
 EOF
-cp "${AUTOTUNE_TRACES_DIR:-../shared/traces}/azure_llm_2023_code.csv" "$wheels/traces/"
+cp "${AUTOTUNE_TRACES_DIR:-traces}/azure_llm_2023_code.csv" "$wheels/traces/"
 (cd "$wheels" && sha256sum ./*.whl traces/* > SHA256SUMS)
 
 # 4. Parts of at most PART_MIB, one folder each (one folder a call).

@@ -49,7 +49,7 @@ python3 -m pytest -m gpu -q -rs -p no:cacheprovider \
   || failed=1
 
 echo "== 2. a real campaign on $gpu"
-traces="${AUTOTUNE_TRACES_DIR:-../shared/traces}"
+traces="${AUTOTUNE_TRACES_DIR:-traces}"
 trace="${AUTOTUNE_GPU_TRACE:-$traces/azure_llm_2023_code.csv}"
 at() { python3 -m autotune.cli.main "$@"; }
 export AUTOTUNE_DATABASE_URL="sqlite:///$out/autotune.db"

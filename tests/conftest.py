@@ -16,17 +16,14 @@ PG_ADMIN_URL = os.environ.get("AUTOTUNE_TEST_POSTGRES_URL",
                               "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
-# The real traces beside the checkout (../shared/traces); AUTOTUNE_TRACES_DIR overrides.
-TRACES_DIR = Path(os.environ.get("AUTOTUNE_TRACES_DIR", ROOT.parent / "shared" / "traces"))
+# The public traces vendored in the repository (traces/, with their sources and licences).
+TRACES_DIR = ROOT / "traces"
 
 
-def shared_trace(name: str) -> Path:
-    """A real trace from ../shared/traces: skipped where absent, a failure in CI."""
+def public_trace(name: str) -> Path:
+    """A real public trace from traces/."""
     path = TRACES_DIR / name
-    if not path.exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"{path} is missing; CI runs with ../shared beside the checkout")
-        pytest.skip(f"{path} not present (set AUTOTUNE_TRACES_DIR)")
+    assert path.exists(), f"{path} is missing: the repository vendors it"
     return path
 
 

@@ -18,7 +18,7 @@ from autotune.baselines import BASELINES
 from autotune.storage.models import Campaign, Trial
 from autotune.traffic.synthetic import write_jsonl
 from autotune.traffic.trace import load_trace
-from tests.conftest import engine_python, run_cli, shared_trace, vllm_processes
+from tests.conftest import engine_python, run_cli, public_trace, vllm_processes
 
 pytestmark = pytest.mark.integration
 SCREEN_TRIALS, TOP = 8, 2
@@ -35,7 +35,7 @@ def test_sim_screening_then_real_engines_for_the_top_2(tmp_path: Path) -> None:
     trace = tmp_path / "azure-code-slice.jsonl"
     # As in test_integration_vllm_campaign: 30 requests in 3 s, prompts capped at 64 tokens so
     # the tiny CPU engine can meet an SLO at all.
-    rows = load_trace(shared_trace("azure_llm_2023_code.csv")).slice(2000, 30).to_rows()
+    rows = load_trace(public_trace("azure_llm_2023_code.csv")).slice(2000, 30).to_rows()
     write_jsonl([{**r, "prompt_tokens": min(int(str(r["prompt_tokens"])), 64)} for r in rows],
                 trace)
     url = f"sqlite:///{tmp_path / 'a.db'}"

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from autotune.storage.models import Trial
 from autotune.traffic.synthetic import write_jsonl
 from autotune.traffic.trace import load_trace
-from tests.conftest import AUTOTUNE, engine_python, get_json, run_cli, shared_trace, vllm_processes
+from tests.conftest import AUTOTUNE, engine_python, get_json, run_cli, public_trace, vllm_processes
 from workers.vllm.process import free_port
 
 pytestmark = pytest.mark.integration
@@ -36,7 +36,7 @@ def test_real_campaign_on_the_cpu_build(tmp_path: Path) -> None:
     trace = tmp_path / "azure-code-slice.jsonl"
     # 30 requests in 3 s. Their real prompts (52k tokens) take the tiny CPU engine ~40 s to
     # prefill, so nothing could meet the SLO; the arrivals and outputs are kept, prompts capped.
-    rows = load_trace(shared_trace("azure_llm_2023_code.csv")).slice(2000, 30).to_rows()
+    rows = load_trace(public_trace("azure_llm_2023_code.csv")).slice(2000, 30).to_rows()
     write_jsonl([{**r, "prompt_tokens": min(int(str(r["prompt_tokens"])), 64)} for r in rows],
                 trace)
     env = {"AUTOTUNE_DATABASE_URL": f"sqlite:///{tmp_path / 'a.db'}",

@@ -13,11 +13,11 @@ import pytest
 from autotune.errors import TraceError
 from autotune.traffic.stats import paths, prefix_share_ratio, trace_stats
 from autotune.traffic.trace import Trace, load_trace
-from tests.conftest import run_cli, shared_trace
+from tests.conftest import run_cli, public_trace
 
 
 def test_mooncake_trace_against_its_raw_rows() -> None:
-    path = shared_trace("mooncake_synthetic.jsonl")
+    path = public_trace("mooncake_synthetic.jsonl")
     raw = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     stats = trace_stats(load_trace(path))
     assert stats["requests"] == len(raw) == 3993
@@ -37,7 +37,7 @@ def test_mooncake_trace_against_its_raw_rows() -> None:
 
 
 def test_azure_code_trace_against_its_raw_rows() -> None:
-    path = shared_trace("azure_llm_2023_code.csv")
+    path = public_trace("azure_llm_2023_code.csv")
     with path.open() as f:
         raw = list(csv.DictReader(f))
     stamps = [datetime.fromisoformat(r["TIMESTAMP"][:26]) for r in raw]
@@ -71,7 +71,7 @@ def test_mooncake_bad_row(tmp_path: Path) -> None:
 
 
 def test_traffic_show_json(tmp_path: Path) -> None:
-    proc = run_cli("traffic", "show", str(shared_trace("mooncake_synthetic.jsonl")), "--json")
+    proc = run_cli("traffic", "show", str(public_trace("mooncake_synthetic.jsonl")), "--json")
     assert proc.returncode == 0, proc.stderr
     stats = json.loads(proc.stdout)
     assert {"requests", "duration_s", "rate_rps", "prompt_tokens", "output_tokens",

@@ -9,7 +9,7 @@ import pytest
 from autotune.errors import TraceError
 from autotune.traffic.synthetic import chat_trace_rows, write_jsonl
 from autotune.traffic.trace import DEMO_TRACE, file_digest, load_trace
-from tests.conftest import shared_trace
+from tests.conftest import public_trace
 
 
 def test_bundled_demo_trace_is_what_the_generator_makes(tmp_path: Path) -> None:
@@ -69,12 +69,12 @@ def test_azure_csv_loads_with_times_from_the_start() -> None:
     import csv
     from datetime import datetime
 
-    azure = shared_trace("azure_llm_2023_code.csv")
+    azure = public_trace("azure_llm_2023_code.csv")
     with azure.open() as f:
         rows = list(csv.DictReader(f))
     first = datetime.fromisoformat(rows[0]["TIMESTAMP"][:26])
     last = datetime.fromisoformat(rows[-1]["TIMESTAMP"][:26])
-    t = load_trace(shared_trace("azure_llm_2023_code.csv"))
+    t = load_trace(public_trace("azure_llm_2023_code.csv"))
     assert len(t) == len(rows) == 8819
     assert t.duration_s == pytest.approx((last - first).total_seconds(), abs=1e-3)
     assert int(t.prompt_tokens.sum()) == sum(int(r["ContextTokens"]) for r in rows)

@@ -9,7 +9,7 @@ import pytest
 
 from autotune.records import LatencySummary
 from autotune.traffic.trace import DEMO_TRACE
-from tests.conftest import run_cli, shared_trace
+from tests.conftest import run_cli, public_trace
 
 
 def test_simulate_prints_one_json_summary_with_a_trials_fields() -> None:
@@ -23,7 +23,7 @@ def test_simulate_prints_one_json_summary_with_a_trials_fields() -> None:
 
 
 def test_simulate_reads_any_importable_trace() -> None:
-    proc = run_cli("simulate", "--trace", str(shared_trace("azure_llm_2023_code.csv")), "--json",
+    proc = run_cli("simulate", "--trace", str(public_trace("azure_llm_2023_code.csv")), "--json",
                    "--max-model-len", "32768")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["requests"] == 8819

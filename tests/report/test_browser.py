@@ -29,7 +29,7 @@ WAIT_S = 60.0  # the dashboard's bundle is 2 MB of JavaScript; a loaded CI machi
 
 
 def _need(what: str, found: bool) -> None:
-    """Skipped where absent, a failure in CI (same rule as shared_trace)."""
+    """Skipped where absent, a failure in CI (the rule the real engines follow)."""
     if not found:
         hint = "apt-get install -y chromium chromium-driver; pip install selenium"
         if os.environ.get("CI"):

@@ -16,7 +16,7 @@ from autotune.traffic.capture_format import CaptureRecord
 from autotune.traffic.formats import detect_format, import_file
 from autotune.traffic.formats.mapped import parse_mapping
 from autotune.traffic.parquet_store import read_parquet
-from tests.conftest import run_cli, shared_trace
+from tests.conftest import run_cli, public_trace
 
 
 def _pct(values: list[int]) -> dict[str, float]:
@@ -24,7 +24,7 @@ def _pct(values: list[int]) -> dict[str, float]:
 
 
 def test_azure_imports_through_the_cli(tmp_path: Path) -> None:
-    src = shared_trace("azure_llm_2023_code.csv")
+    src = public_trace("azure_llm_2023_code.csv")
     with src.open(newline="") as f:
         raw = list(csv.DictReader(f))
     stamps = [datetime.fromisoformat(r["TIMESTAMP"][:26]) for r in raw]
@@ -43,7 +43,7 @@ def test_azure_imports_through_the_cli(tmp_path: Path) -> None:
 
 
 def test_mooncake_imports_with_its_hash_blocks(tmp_path: Path) -> None:
-    src = shared_trace("mooncake_synthetic.jsonl")
+    src = public_trace("mooncake_synthetic.jsonl")
     raw = [json.loads(line) for line in src.read_text().splitlines() if line.strip()]
     imported = import_file(src)
     t = imported.trace
@@ -82,7 +82,7 @@ def test_burstgpt_drops_failed_rows_sorts_and_filters_by_model(tmp_path: Path) -
     with pytest.raises(TraceError, match="no rows of model 'Claude'.*ChatGPT, GPT-4"):
         import_file(path, model="Claude")
     with pytest.raises(ConfigError, match="--model filters BurstGPT"):
-        import_file(shared_trace("mooncake_synthetic.jsonl"), model="GPT-4")
+        import_file(public_trace("mooncake_synthetic.jsonl"), model="GPT-4")
 
 
 def test_capture_log_round_trips_every_field(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from autotune.errors import ConfigError
 from autotune.traffic.parquet_store import read_parquet
 from autotune.traffic.shape import DAY_S, ShapeSpec, shape, time_offset_s
 from autotune.traffic.trace import Trace, load_trace
-from tests.conftest import run_cli, shared_trace
+from tests.conftest import run_cli, public_trace
 
 
 def _ramp(n: int = 2000) -> Trace:
@@ -79,7 +79,7 @@ def test_rate_scale_and_length_cap() -> None:
 
 
 def test_shape_command_on_the_azure_trace(tmp_path: Path) -> None:
-    src = shared_trace("azure_llm_2023_code.csv")
+    src = public_trace("azure_llm_2023_code.csv")
     out = tmp_path / "shaped.parquet"
     args = ["traffic", "shape", str(src), "--out", str(out), "--start", "600", "--end", "1800",
             "--sample", "400", "--rate-scale", "3", "--max-model-len", "4096", "--seed", "7"]

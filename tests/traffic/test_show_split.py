@@ -13,11 +13,11 @@ from autotune.traffic.parquet_store import read_parquet
 from autotune.traffic.split import split_by_path
 from autotune.traffic.stats import paths
 from autotune.traffic.trace import Trace
-from tests.conftest import run_cli, shared_trace
+from tests.conftest import run_cli, public_trace
 
 
 def test_show_json_against_raw_rows_and_plot(tmp_path: Path) -> None:
-    src = shared_trace("mooncake_synthetic.jsonl")
+    src = public_trace("mooncake_synthetic.jsonl")
     raw = [json.loads(line) for line in src.read_text().splitlines() if line.strip()]
     png = tmp_path / "trace.png"
     proc = run_cli("traffic", "show", str(src), "--json", "--plot", str(png))

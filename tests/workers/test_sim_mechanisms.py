@@ -11,7 +11,7 @@ from autotune.engine_config import EngineConfig
 from autotune.errors import EngineStartError
 from autotune.records import ReplayResult
 from autotune.traffic.trace import Trace, load_trace
-from tests.conftest import shared_trace
+from tests.conftest import public_trace
 from workers.sim.backend import SimulatorBackend, engine_shape
 from workers.sim.perf import PerfModel, StartFailure
 from workers.sim.profile import find_profile
@@ -128,7 +128,7 @@ def _hit_rate_by_hand(trace: Trace, block_size: int) -> float:
 
 
 def test_prefix_hit_rate_on_the_mooncake_hashes_matches_a_hand_count() -> None:
-    trace = load_trace(shared_trace("mooncake_synthetic.jsonl")).slice(0, 600)
+    trace = load_trace(public_trace("mooncake_synthetic.jsonl")).slice(0, 600)
     dep = DeploymentSpec(name="m", model="DeepSeek-V4-Flash", gpu="H200-141GB", gpu_count=8,
                          tensor_parallel_size=8, max_model_len=262144)
     perf = perf_for(dep, kv_cache_dtype="fp8")

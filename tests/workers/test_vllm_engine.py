@@ -13,7 +13,7 @@ from autotune.errors import EngineStartError
 from autotune.metrics import summarize
 from autotune.tiny_model import make_tiny_model
 from autotune.traffic.trace import Trace, load_trace
-from tests.conftest import engine_python, shared_trace, vllm_processes
+from tests.conftest import engine_python, public_trace, vllm_processes
 from workers.vllm.backend import VllmBackend
 from workers.vllm.metrics import KV_USAGE, kv_usage, scrape
 from workers.vllm.process import port_is_free
@@ -43,7 +43,7 @@ def backend(model_dir: Path, log_dir: Path, **options: object) -> VllmBackend:
 
 
 def test_serves_and_replays_an_azure_slice(model_dir: Path, tmp_path: Path) -> None:
-    trace = load_trace(shared_trace("azure_llm_2023_code.csv")).slice(0, 24)
+    trace = load_trace(public_trace("azure_llm_2023_code.csv")).slice(0, 24)
     chat = Trace.from_rows("chat", [{"arrival_s": i * 0.1, "prompt_tokens": 8, "output_tokens": 12,
                                      "prompt": f"Tell me about block sizes, part {i}."}
                                     for i in range(6)])

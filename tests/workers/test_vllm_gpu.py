@@ -18,7 +18,7 @@ from autotune.engine_config import EngineConfig
 from autotune.metrics import summarize
 from autotune.tiny_model import make_tiny_model
 from autotune.traffic.trace import load_trace
-from tests.conftest import shared_trace, vllm_processes
+from tests.conftest import public_trace, vllm_processes
 from workers.vllm.backend import VllmBackend
 
 pytestmark = pytest.mark.gpu
@@ -43,7 +43,7 @@ def test_real_trial_on_a_gpu(tmp_path: Path) -> None:
     backend = VllmBackend(model_path=str(model), extra_args=["--load-format", "dummy"],
                           command=[python, "-m", "vllm.entrypoints.openai.api_server"],
                           log_dir=str(tmp_path))
-    trace = load_trace(shared_trace("azure_llm_2023_code.csv")).slice(0, 64)
+    trace = load_trace(public_trace("azure_llm_2023_code.csv")).slice(0, 64)
     try:
         backend.start(EngineConfig(max_model_len=2048, max_num_seqs=32, block_size=16,
                                    gpu_memory_utilization=0.5), dep, label="gpu")
