@@ -1,15 +1,11 @@
-"""Writing a report directory so that it is complete or absent: everything goes into a
-temporary directory beside the target, which is renamed into place only at the end."""
+"""Writing a report directory so that it is complete or absent (`autotune.atomic`)."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
+from autotune.atomic import atomic_directory
 from autotune.errors import ConfigError
 from autotune.report import html, plots
 from autotune.report.data import CampaignReport
@@ -43,26 +39,5 @@ def write_report(report: CampaignReport, out_dir: Path) -> Path:
     """Write index.html and its PNGs to out_dir (replacing an earlier report there)."""
     out_dir = out_dir.resolve()
     _check_target(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.", suffix=".tmp"))
-    try:
-        _fill(report, tmp)
-        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; a report is meant to be served and shared
-        if out_dir.exists():
-            # Two renames: the old report stays whole until the new one is in place.
-            old = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.",
-                                        suffix=".old"))
-            os.replace(out_dir, old)
-            try:
-                os.replace(tmp, out_dir)
-            except BaseException:
-                os.replace(old, out_dir)
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out_dir)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            shutil.rmtree(tmp)
-        raise
+    atomic_directory(out_dir, lambda tmp: _fill(report, tmp))
     return out_dir

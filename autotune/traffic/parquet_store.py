@@ -24,8 +24,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from autotune.atomic import atomic_write
 from autotune.errors import TraceError
-from autotune.traffic.atomic import atomic_write
 from autotune.traffic.columns import RawTable, build_trace
 from autotune.traffic.trace import Trace, file_digest
 

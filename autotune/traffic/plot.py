@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autotune.traffic.atomic import atomic_write
+from autotune.atomic import atomic_write
 from autotune.traffic.split import PATH_NAMES
 from autotune.traffic.stats import paths, trace_stats
 from autotune.traffic.trace import Trace

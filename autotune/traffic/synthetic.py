@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from autotune.atomic import atomic_write_text
+
 
 def chat_trace_rows(
     *, requests: int = 600, rate_rps: float = 5.0, seed: int = 0, block_tokens: int = 64,
@@ -63,6 +65,4 @@ def chat_trace_rows(
 
 
 def write_jsonl(rows: list[dict[str, object]], path: Path) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))
-    tmp.replace(path)  # atomic: never a half-written trace
+    atomic_write_text(path, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from autotune.atomic import atomic_write_text
 from autotune.deployment import DeploymentSpec
 from autotune.engine_config import EngineConfig
 from autotune.errors import ConfigError
@@ -282,9 +283,7 @@ def _load_1min() -> str:
 def save_measurements(measured: Sequence[Measurement], path: Path) -> None:
     """One JSON object a line: the config's explicit arguments, multiplier, seed, observations,
     decode step timings, each request's TTFT."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(_lines(measured))
-    tmp.replace(path)
+    atomic_write_text(path, _lines(measured))
 
 
 def append_measurements(measured: Sequence[Measurement], path: Path) -> None:

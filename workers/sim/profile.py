@@ -9,13 +9,13 @@ newest version wins; else the bundled default for the device kind (`profiles/gpu
 
 from __future__ import annotations
 
-import os
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from autotune.atomic import atomic_write_text
 from autotune.errors import ConfigError
 
 BUNDLED = Path(__file__).parent / "profiles"
@@ -152,7 +152,5 @@ def save_profile(profile: Profile, profile_dir: Path) -> Path:
     version = (found[-1][0] if found else 1) + 1  # the bundled default is version 1
     profile = replace(profile, version=version)
     path = profile_dir / profile_filename(profile.gpu, profile.model, version)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(profile.to_yaml())
-    tmp.replace(path)
+    atomic_write_text(path, profile.to_yaml())
     return path
