@@ -18,6 +18,7 @@ import search_spaces
 from autotune import catalogue
 from autotune.deployment import DeploymentSpec
 from autotune.engine_config import EngineConfig
+from autotune.vocabulary import Role
 from search_spaces import Pin, load_pins_file
 
 
@@ -203,5 +204,5 @@ def vllm_recipe(dep: DeploymentSpec) -> EngineConfig | None:
 
 
 BASELINES: dict[str, Callable[[DeploymentSpec], EngineConfig | None]] = {
-    "vllm-default": vllm_defaults, "guide-heuristic": guide_heuristic,
-             "vllm-recipe": vllm_recipe}
+    Role.VLLM_DEFAULT: vllm_defaults, Role.GUIDE_HEURISTIC: guide_heuristic,
+    Role.VLLM_RECIPE: vllm_recipe}

@@ -20,6 +20,7 @@ from autotune.errors import EngineStartError, ReplayError
 from autotune.metrics import meets, summarize
 from autotune.records import LatencySummary, TrialOutcome, TrialSpec
 from autotune.step_timings import steps_to_json
+from autotune.vocabulary import FailureClass
 
 log = logging.getLogger("autotune.capacity")
 REPLAY_LATENCIES = ("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "e2e_p50_ms",
@@ -102,7 +103,7 @@ def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: floa
         passing.append(best)
     if replays and replays[0]["client_bound"]:
         return TrialOutcome.failed(
-            spec.trial_number, "client_bound",
+            spec.trial_number, FailureClass.CLIENT_BOUND,
             "the replay client could not keep the schedule at the recorded rate; nothing was "
             "measured", start_s=start_s, measure_s=time.monotonic() - t1, replays=replays)
     if best is not None and failed_at is not None:
@@ -122,7 +123,7 @@ def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: floa
                     "trace covers a %.0f s window: capacity is at least that (use a longer "
                     "trace)", spec.study_name, spec.trial_number, ladder[-1], window_s)
     if best is None:
-        return TrialOutcome.failed(spec.trial_number, "slo_miss",
+        return TrialOutcome.failed(spec.trial_number, FailureClass.SLO_MISS,
                                    "misses the SLO at the recorded rate", at_recorded_rate=recorded,
                                    start_s=start_s, measure_s=measure_s, replays=replays)
     # The highest throughput among the replays that met the SLO: on short traces the measured

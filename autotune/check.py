@@ -19,6 +19,7 @@ from autotune.deployment import DeploymentSpec
 from autotune.engine_config import REMOVED_ARGS, EngineConfig, check_known_arg
 from autotune.errors import ConfigError, EngineStartError
 from autotune.rules import Violation, common_rule_violations
+from autotune.vocabulary import FailureClass
 
 # Keys of a `vllm serve --config` file that are not engine arguments the rules look at.
 _NOT_ENGINE_ARGS = {"model"}
@@ -139,7 +140,7 @@ def _memory_violations(config: EngineConfig, dep: DeploymentSpec) -> list[Violat
     try:
         backend.start(config, dep, label="check")
     except EngineStartError as exc:
-        if exc.failure_class != "oom":
+        if exc.failure_class != FailureClass.OOM:
             return []  # the simulator's own limits (a feature it does not model) say nothing
         return [Violation("memory_holds_one_request", "error", str(exc).removeprefix(
             "simulated engine failed to start: ") + " (estimated by the simulator's memory model)",

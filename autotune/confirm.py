@@ -36,10 +36,10 @@ from autotune.objective import is_feasible, outcome_constraints
 from autotune.records import TrialOutcome, TrialSpec
 from autotune.storage import repo
 from autotune.storage.models import Campaign, Confirmation, Trial
+from autotune.vocabulary import NOT_THE_CONFIG, FailureClass, RecordState, Role
 
 log = logging.getLogger("autotune.confirm")
 CONFIDENCE = 0.90
-DROPPED = ("infrastructure", "worker_error")  # say nothing about the config: not a sample
 # One-sided t quantiles t(0.90, df); a df between two entries takes the smaller df's (larger,
 # so more cautious) value; beyond the table, df 30's.
 _T90 = {1: 3.078, 2: 1.886, 3: 1.638, 4: 1.533, 5: 1.476, 6: 1.440, 7: 1.415, 8: 1.397,
@@ -85,7 +85,7 @@ class Candidate:
 class Confirmed:
     candidate: Candidate
     seeds: tuple[int, ...]
-    samples: tuple[float | None, ...]  # None: the run was lost (see DROPPED)
+    samples: tuple[float | None, ...]  # None: the run was lost (NOT_THE_CONFIG)
     failures: tuple[str | None, ...]
     gpu_hours: float
     stats: Stats
@@ -117,11 +117,11 @@ class TrialRow:
 
 
 def candidates(trials: Sequence[TrialRow], top: int, *,
-               include_roles: tuple[str, ...] = ("incumbent",)) -> list[Candidate]:
+               include_roles: tuple[str, ...] = (Role.INCUMBENT,)) -> list[Candidate]:
     """The top `top` distinct feasible configs by search capacity, plus the first trial of
     each of `include_roles` (the incumbent; a path's single config) when it was feasible and is
     not among them: the winner must beat what it would replace under the same seeds."""
-    firsts = [t for t in trials if t.feasible and t.state == "measured" and t.repeat_of is None]
+    firsts = [t for t in trials if t.feasible and t.state == RecordState.MEASURED and t.repeat_of is None]
     firsts.sort(key=lambda t: (-t.capacity_output_tok_s, t.number))
     picked: list[Candidate] = []
     keys: set[tuple[tuple[str, Any], ...]] = set()
@@ -137,7 +137,7 @@ def candidates(trials: Sequence[TrialRow], top: int, *,
             break
         add(t)
     for role in include_roles:
-        extra = [t for t in trials if t.role == role and t.feasible and t.state == "measured"]
+        extra = [t for t in trials if t.role == role and t.feasible and t.state == RecordState.MEASURED]
         if extra and top > 0:
             add(extra[0])
     return picked
@@ -166,7 +166,7 @@ def run(executor: Executor, template: TrialSpec, chosen: Sequence[Candidate],
         for outcome in executor.wait():
             running -= 1
             run_id = outcome.trial_number
-            if outcome.failure_class == "infrastructure" and run_id not in retried:
+            if outcome.failure_class == FailureClass.INFRASTRUCTURE and run_id not in retried:
                 retried.add(run_id)  # a lost worker says nothing about the config: once more
                 pending.insert(0, run_id)
                 continue
@@ -181,8 +181,8 @@ def run(executor: Executor, template: TrialSpec, chosen: Sequence[Candidate],
             o = results[run_id]
             gpu_hours += budget.gpu_hours(o.start_s, o.measure_s, specs[run_id].gpus)
             feasible = is_feasible(outcome_constraints(o, template.slo))
-            failures.append(o.failure_class or (None if feasible else "slo_miss"))
-            samples.append(None if o.failure_class in DROPPED
+            failures.append(o.failure_class or (None if feasible else FailureClass.SLO_MISS))
+            samples.append(None if o.failure_class in NOT_THE_CONFIG
                            else o.capacity_output_tok_s if feasible else 0.0)
         s = stats([x for x in samples if x is not None])
         log.info("%s: trial %d (%s) confirmed: mean %.0f, sd %.0f, LCB %.0f output tok/s over %d "

@@ -18,6 +18,8 @@ the API turns it into one JSON error shape.
 
 from __future__ import annotations
 
+from autotune.vocabulary import FailureClass
+
 
 class AutotuneError(Exception):
     """Root of every error autotune raises on purpose."""
@@ -53,9 +55,10 @@ class NotFoundError(AutotuneError):
 
 
 class EngineStartError(AutotuneError):
-    """An engine failed to start; `failure_class` is one of FailureClass's values."""
+    """An engine failed to start; `failure_class` says why."""
 
-    def __init__(self, message: str, failure_class: str = "start_failed") -> None:
+    def __init__(self, message: str,
+                 failure_class: FailureClass = FailureClass.START_FAILED) -> None:
         super().__init__(message)
         self.failure_class = failure_class
 
@@ -64,7 +67,8 @@ class ReplayError(AutotuneError):
     """A replay could not be completed: the engine died ("engine_crash") or GPU memory crossed
     the abort watermark ("memory_pressure")."""
 
-    def __init__(self, message: str, failure_class: str = "engine_crash") -> None:
+    def __init__(self, message: str,
+                 failure_class: FailureClass = FailureClass.ENGINE_CRASH) -> None:
         super().__init__(message)
         self.failure_class = failure_class
 

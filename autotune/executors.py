@@ -29,6 +29,7 @@ from autotune.backends import load_backend
 from autotune.capacity import run_trial
 from autotune.errors import ConfigError
 from autotune.records import TrialOutcome, TrialSpec
+from autotune.vocabulary import FailureClass
 
 log = logging.getLogger("autotune.executors")
 
@@ -69,7 +70,7 @@ def execute_trial(spec: TrialSpec) -> TrialOutcome:
     except Exception as exc:  # a bug in a backend must cost one trial, not the campaign
         log.error("%s trial %d crashed in the worker: %s", spec.study_name, spec.trial_number,
                   traceback.format_exc())
-        return TrialOutcome.failed(spec.trial_number, "worker_error",
+        return TrialOutcome.failed(spec.trial_number, FailureClass.WORKER_ERROR,
                                    f"{type(exc).__name__}: {exc}",
                                    measure_s=time.monotonic() - t0, started_at_epoch_s=started,
                                    worker=worker)

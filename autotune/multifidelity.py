@@ -46,14 +46,11 @@ import optuna
 from optuna.storages import BaseStorage
 from optuna.trial import TrialState
 
+from autotune import optuna_keys as keys
 from autotune.errors import ConfigError
+from autotune.vocabulary import RecordState
 
 log = logging.getLogger("autotune.multifidelity")
-FIDELITY = "fidelity"  # user attr: the backend that measured the trial
-SCREEN_OF = "screen_of"  # user attr: the screening trial a real trial measured again
-PHASE = "autotune:phase"  # study user attr: set when screening is closed
-REAL_PHASE = "real"
-CLOSED = "autotune:screening_closed"  # system attr of a waiting trial screening left unrun
 
 
 @dataclass(frozen=True)
@@ -101,7 +98,7 @@ def plan(screened: Sequence[Screened], top: int, references: Sequence[tuple[str,
     real comparison point."""
     by_role: dict[str, Screened] = {}
     for t in screened:
-        if t.repeat_of is None and t.state != "rejected":
+        if t.repeat_of is None and t.state != RecordState.REJECTED:
             by_role.setdefault(t.role, t)
     runs: list[RealRun] = []
     keys: set[tuple[tuple[str, Any], ...]] = set()
@@ -110,7 +107,7 @@ def plan(screened: Sequence[Screened], top: int, references: Sequence[tuple[str,
         if ref is not None and _key(ref.config) not in keys:
             keys.add(_key(ref.config))
             runs.append(RealRun(f"real:{tag}", role, dict(ref.config), ref.number))
-    best = sorted((t for t in screened if t.feasible and t.state == "measured"
+    best = sorted((t for t in screened if t.feasible and t.state == RecordState.MEASURED
                    and t.repeat_of is None), key=lambda t: (-t.capacity_output_tok_s, t.number))
     picked = 0
     for t in best:
@@ -128,7 +125,7 @@ def plan(screened: Sequence[Screened], top: int, references: Sequence[tuple[str,
 
 
 def screening_closed(study: optuna.Study) -> bool:
-    return study.user_attrs.get(PHASE) == REAL_PHASE
+    return study.user_attrs.get(keys.PHASE) == keys.REAL_PHASE
 
 
 def close_screening(storage: BaseStorage, study: optuna.Study, screen_backend: str) -> list[int]:
@@ -137,13 +134,13 @@ def close_screening(storage: BaseStorage, study: optuna.Study, screen_backend: s
     pop real trials. Safe to repeat; returns the numbers it failed."""
     dropped = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-        if t.user_attrs.get(FIDELITY, screen_backend) == screen_backend:
-            storage.set_trial_system_attr(t._trial_id, CLOSED, True)
+        if t.user_attrs.get(keys.FIDELITY, screen_backend) == screen_backend:
+            storage.set_trial_system_attr(t._trial_id, keys.SCREENING_CLOSED, True)
             storage.set_trial_user_attr(t._trial_id, "failure_message",
                                         "screening closed before this trial ran")
             storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
             dropped.append(t.number)
-    study.set_user_attr(PHASE, REAL_PHASE)
+    study.set_user_attr(keys.PHASE, keys.REAL_PHASE)
     return dropped
 
 
@@ -151,17 +148,16 @@ def enqueue(study: optuna.Study, runs: Sequence[tuple[RealRun, dict[str, Any]]],
             backend: str) -> int:
     """Enqueue the (run, space parameters) pairs no trial holds the tag of yet; returns how
     many were enqueued. Each carries its exact config (study._ask runs it as it is)."""
-    from autotune.resume import ENGINE_CONFIG, ENQUEUE_TAG
 
-    tags = {t.user_attrs.get(ENQUEUE_TAG) for t in study.get_trials(deepcopy=False)}
+    tags = {t.user_attrs.get(keys.ENQUEUE_TAG) for t in study.get_trials(deepcopy=False)}
     added = 0
     for run, params in runs:
         if run.tag in tags:
             continue
-        attrs: dict[str, Any] = {"role": run.role, ENQUEUE_TAG: run.tag, ENGINE_CONFIG: run.config,
-                                 FIDELITY: backend}
+        attrs: dict[str, Any] = {keys.ROLE: run.role, keys.ENQUEUE_TAG: run.tag,
+                                 keys.ENGINE_CONFIG: run.config, keys.FIDELITY: backend}
         if run.screen_of is not None:
-            attrs[SCREEN_OF] = run.screen_of
+            attrs[keys.SCREEN_OF] = run.screen_of
         study.enqueue_trial(params, user_attrs=attrs, skip_if_exists=False)
         added += 1
     return added
@@ -170,7 +166,7 @@ def enqueue(study: optuna.Study, runs: Sequence[tuple[RealRun, dict[str, Any]]],
 def waiting_real(study: optuna.Study, backend: str) -> int:
     """Real trials enqueued (or re-queued) and not yet asked for."""
     waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-    other = [t.number for t in waiting if t.user_attrs.get(FIDELITY) != backend]
+    other = [t.number for t in waiting if t.user_attrs.get(keys.FIDELITY) != backend]
     if other:  # close_screening failed them all; anything else is a bug, not a config
         raise ConfigError(f"trials {other} wait in the study of a closed screening; "
                           "this campaign's study was changed outside autotune")

@@ -42,6 +42,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from autotune import optuna_keys as keys
 from autotune.deployment import DeploymentSpec
 from autotune.errors import ConfigError, NotFoundError
 from autotune.publish import publish_campaign
@@ -49,9 +50,10 @@ from autotune.slo import SLO
 from autotune.space import space_name_for
 from autotune.storage import repo
 from autotune.storage.models import Campaign, Deployment, Publication
-from autotune.study import SINGLE_CONFIG, CampaignRequest, Reference
+from autotune.study import CampaignRequest, Reference
 from autotune.traffic.split import PATH_NAMES, split_into
 from autotune.traffic.trace import Trace
+from autotune.vocabulary import Role
 
 HOT_MAX_TOKENS = 512  # the tuning guide's hot-path bound (autotune.traffic.stats.paths)
 WARM_MIN_SHARE = 0.01
@@ -63,7 +65,6 @@ DEFAULT_PATHS = "hot,cold"
 PATH_PROFILES = {"hot": "chat", "warm": "batch", "cold": "batch"}
 # Below 50 requests a P99 is one of the two slowest requests: one outlier would pick the config.
 MIN_PATH_REQUESTS = 50
-PATH_ATTR = "autotune:path"  # Optuna study user attribute of a path campaign
 _RULES = {"hot": f"max_tokens (else output tokens) <= {HOT_MAX_TOKENS}",
           "warm": f"not hot, first prefix block shared by >= {WARM_MIN_SHARE:.0%} of requests",
           "cold": "not hot, not warm"}
@@ -150,7 +151,7 @@ def path_requests(parent: CampaignRequest, plans: list[PathPlan], *, slos: dict[
             parent, deployment=dep, slo=slos.get(plan.path, parent.slo), trace=plan.trace,
             trace_ref=path_trace_ref(parent.trace_ref, plan.path),
             search_space=space_name_for(dep, space), references=(), compare=(),
-            study_attrs={PATH_ATTR: attrs}))
+            study_attrs={keys.PATH: attrs}))
     return out
 
 
@@ -161,7 +162,7 @@ def with_single_config(request: CampaignRequest, config: dict[str, Any] | None) 
     config, so there is nothing to start from or compare)."""
     if config is None:
         return request
-    single = Reference(SINGLE_CONFIG, SINGLE_CONFIG, dict(config))
+    single = Reference(Role.SINGLE_CONFIG, Role.SINGLE_CONFIG, dict(config))
     return dataclasses.replace(request, references=(*request.references, single),
                                compare=(single,))
 
@@ -251,7 +252,7 @@ def summarise(campaign: Campaign | None, plan: PathPlan, parent_deployment: str,
         return base
     chosen = repo.choose_winner(campaign)
     winner, confirmed = chosen.trial, chosen.confirmation
-    single = next((c for c in compared if c.get("role") == SINGLE_CONFIG), None)
+    single = next((c for c in compared if c.get("role") == Role.SINGLE_CONFIG), None)
     slo = SLO.from_dict(campaign.slo)
     return dataclasses.replace(
         base, space=campaign.search_space, slo=str(slo),

@@ -32,10 +32,11 @@ from autotune.publish import quarter_label
 from autotune.storage import repo
 from autotune.storage.models import Campaign, Confirmation, Deployment, Trial
 from autotune.study import Reference
+from autotune.vocabulary import Role
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_BUSY, EXIT_NO_FEASIBLE, EXIT_INFRA = 0, 2, 3, 4, 5
 PUBLISHED, KEPT, NO_FEASIBLE = "published", "kept_incumbent", "no_feasible"
-INCUMBENT, WARM_START = "incumbent", "warm-start"
+INCUMBENT, WARM_START = Role.INCUMBENT, Role.WARM_START
 WARM_STARTS = 3  # best configs of the previous campaign enqueued besides its winner
 _PERIOD = re.compile(r"\d{4}Q[1-4]")
 

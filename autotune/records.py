@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from autotune.deployment import DeploymentSpec
 from autotune.engine_config import EngineConfig
 from autotune.step_timings import StepTime
+from autotune.vocabulary import FailureClass
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,7 @@ class TrialOutcome(BaseModel):
     capacity_rate_scale: float  # the rate multiplier at which capacity was measured (0: none)
     at_capacity: LatencySummary | None
     at_recorded_rate: LatencySummary | None
-    failure_class: str | None = None
+    failure_class: FailureClass | None = None
     failure_message: str | None = None
     start_s: float = 0.0
     measure_s: float = 0.0
@@ -149,7 +150,7 @@ class TrialOutcome(BaseModel):
     notes: dict[str, str] = {}  # how a simulated engine was modelled (EngineBackend.notes)
 
     @classmethod
-    def failed(cls, trial_number: int, failure_class: str, message: str,
+    def failed(cls, trial_number: int, failure_class: FailureClass, message: str,
                **fields: Any) -> TrialOutcome:
         """An outcome with no capacity: the engine failed, the SLO was missed, or nothing could
         be measured. `fields` adds what is known (timings, the summary at the recorded rate)."""

@@ -38,21 +38,18 @@ from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy import Engine, select, update
 from sqlalchemy.exc import IntegrityError
 
+from autotune import optuna_keys as keys
 from autotune.errors import CampaignBusyError, ConfigError, StorageError
-from autotune.multifidelity import FIDELITY, SCREEN_OF
 from autotune.records import LatencySummary, TrialOutcome
 from autotune.storage import repo
 from autotune.storage.db import session_scope
 from autotune.storage.models import Campaign, Deployment, Trial
+from autotune.vocabulary import FailureClass, Role
 
 if TYPE_CHECKING:
     from autotune.study import CampaignRequest
 
 log = logging.getLogger("autotune.resume")
-RETRY_OF = "autotune:retry_of"
-REQUEUED_AS = "autotune:requeued_as"
-ENGINE_CONFIG = "engine_config"  # user attr: the exact config an enqueued reference runs
-ENQUEUE_TAG = "enqueue_tag"  # user attr: which reference it is, so none is enqueued twice
 # What a resumed job must share with the dead one; the executor and parallelism may change.
 _SAME = ("trace_digest", "backend", "search_space", "max_trials", "seed", "screen_backend",
          "screen_top")
@@ -230,10 +227,10 @@ def claim_campaign(engine: Engine, request: CampaignRequest, lease_s: float) -> 
 # -- the study ---------------------------------------------------------------------------------
 def ensure_baselines(study: optuna.Study, baseline_params: dict[str, dict[str, Any]]) -> None:
     """Enqueue the baselines a study does not hold yet (a job can die between enqueues)."""
-    roles = {t.user_attrs.get("role") for t in study.get_trials(deepcopy=False)}
+    roles = {t.user_attrs.get(keys.ROLE) for t in study.get_trials(deepcopy=False)}
     for role, params in baseline_params.items():
         if role not in roles:
-            study.enqueue_trial(params, user_attrs={"role": role})
+            study.enqueue_trial(params, user_attrs={keys.ROLE: role})
 
 
 def ensure_references(study: optuna.Study,
@@ -241,34 +238,35 @@ def ensure_references(study: optuna.Study,
     """Enqueue the (tag, role, params, exact config) references a study does not hold yet: the
     incumbent and the warm starts. Their exact config rides along as a user attribute, so a
     setting the space does not tune is kept too."""
-    tags = {t.user_attrs.get(ENQUEUE_TAG) for t in study.get_trials(deepcopy=False)}
+    tags = {t.user_attrs.get(keys.ENQUEUE_TAG) for t in study.get_trials(deepcopy=False)}
     for tag, role, params, config in references:
         if tag not in tags:
-            study.enqueue_trial(params, user_attrs={"role": role, ENQUEUE_TAG: tag,
-                                                    ENGINE_CONFIG: config})
+            study.enqueue_trial(params, user_attrs={keys.ROLE: role, keys.ENQUEUE_TAG: tag,
+                                                    keys.ENGINE_CONFIG: config})
 
 
 def requeue(storage: BaseStorage, study: optuna.Study, trial: FrozenTrial) -> int:
     """Fail a trial that never finished, its parameters enqueued again first (or found
     enqueued by an earlier, interrupted requeue); returns the new trial's number."""
     trials = study.get_trials(deepcopy=False)
-    earlier = [t.number for t in trials if t.system_attrs.get(RETRY_OF) == trial.number]
+    earlier = [t.number for t in trials if t.system_attrs.get(keys.RETRY_OF) == trial.number]
     number: int | None = earlier[0] if earlier else None
     if number is None:
-        params = dict(trial.system_attrs.get("fixed_params") or trial.params)
+        params = dict(trial.system_attrs.get(keys.FIXED_PARAMS) or trial.params)
         template = optuna.trial.create_trial(
-            state=TrialState.WAITING, system_attrs={"fixed_params": params,
-                                                    RETRY_OF: trial.number},
-            user_attrs={"role": trial.user_attrs.get("role", "proposed"),
+            state=TrialState.WAITING, system_attrs={keys.FIXED_PARAMS: params,
+                                                    keys.RETRY_OF: trial.number},
+            user_attrs={keys.ROLE: trial.user_attrs.get(keys.ROLE, Role.PROPOSED),
                         "retry_of": trial.number,
                         # A reference's exact config (see study._ask), and the backend and
                         # screening trial of a multi-fidelity campaign's real trial.
-                        **{k: trial.user_attrs[k] for k in (ENGINE_CONFIG, FIDELITY, SCREEN_OF)
+                        **{k: trial.user_attrs[k]
+                           for k in (keys.ENGINE_CONFIG, keys.FIDELITY, keys.SCREEN_OF)
                            if k in trial.user_attrs}})
         study_id = storage.get_study_id_from_name(study.study_name)
         new_id = storage.create_new_trial(study_id, template_trial=template)
         number = storage.get_trial_number_from_id(new_id)
-    storage.set_trial_system_attr(trial._trial_id, REQUEUED_AS, number)
+    storage.set_trial_system_attr(trial._trial_id, keys.REQUEUED_AS, number)
     storage.set_trial_user_attr(trial._trial_id, "requeued_as", number)
     storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
     log.warning("%s trial %d: its job died before it finished; re-queued as trial %d",
@@ -309,7 +307,8 @@ def outcome_of(row: Trial) -> TrialOutcome:
         capacity_rate_scale=row.capacity_rate_scale,
         at_capacity=_summary(row.latency) if row.capacity_rate_scale > 0 else None,
         at_recorded_rate=_summary(row.latency_recorded_rate),
-        failure_class=row.failure_class, failure_message=row.failure_message,
+        failure_class=FailureClass(row.failure_class) if row.failure_class else None,
+        failure_message=row.failure_message,
         start_s=row.start_s, measure_s=row.measure_s, replays=list(row.replays),
         started_at_epoch_s=row.started_at.timestamp() if row.started_at else 0.0,
         worker=dict(row.worker), telemetry=dict(row.telemetry))

@@ -56,6 +56,7 @@ from optuna.samplers._tpe.probability_distributions import (
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune import optuna_keys as keys
 from autotune.errors import ConfigError
 from autotune.objective import is_feasible
 from autotune.parallelism import PARAM as PARALLELISM
@@ -89,7 +90,6 @@ SWEEP_AXES = (PARALLELISM, "max_num_batched_tokens", "max_num_seqs")
 SWEEP_TRIALS = 16
 # A range (int or float) is swept over this many evenly spaced points, ends included.
 SWEEP_POINTS = 5
-SWEEP_AXIS_ATTR = "autotune:sweep_axis"  # trial system attribute: the argument a sweep trial moved
 # How far a measured choice's kernel reaches along an ordered list of choices (in list
 # positions): at 1, about 40% of a kernel's weight stays on its choice, a quarter goes to each
 # neighbour and 5% to each choice two away. On benchmarks/search_efficiency.py (held-out seeds
@@ -284,8 +284,8 @@ class LineSweep(BaseSampler):
         taken = {tuple(sorted(t.params.items())) for t in held}
         # Asked but not yet suggested: their parameters are not in the study yet.
         taken |= {tuple(sorted(p.items())) for p in self._plans.values()}
-        moved = [t.system_attrs[SWEEP_AXIS_ATTR] for t in held
-                 if SWEEP_AXIS_ATTR in t.system_attrs]
+        moved = [t.system_attrs[keys.SWEEP_AXIS] for t in held
+                 if keys.SWEEP_AXIS in t.system_attrs]
         start = self._axes.index(moved[-1]) if moved and moved[-1] in self._axes else 0
         for name in self._axes[start:]:
             if name not in best.params:
@@ -294,7 +294,7 @@ class LineSweep(BaseSampler):
             for value in _line_neighbours(dist, best.params[name]):
                 params = self._active({**best.params, name: value})
                 if tuple(sorted(params.items())) not in taken:
-                    study._storage.set_trial_system_attr(trial._trial_id, SWEEP_AXIS_ATTR, name)
+                    study._storage.set_trial_system_attr(trial._trial_id, keys.SWEEP_AXIS, name)
                     return params
         return None
 

@@ -34,6 +34,7 @@ from sqlalchemy import Engine
 from autotune import budget as budgets
 from autotune import confirm, resume
 from autotune import multifidelity as mf
+from autotune import optuna_keys as keys
 from autotune.baselines import BASELINES, deployment_args, resolved
 from autotune.confirm import ConfirmPlan
 from autotune.deployment import DeploymentSpec
@@ -56,17 +57,11 @@ from autotune.storage import repo
 from autotune.storage.db import session_scope
 from autotune.storage.models import Campaign
 from autotune.traffic.trace import Trace
+from autotune.vocabulary import ENGINE_FAILURES, NOT_THE_CONFIG, FailureClass, RecordState, Role
 
 log = logging.getLogger("autotune.study")
-PROPOSED = "proposed"
-NO_FAILURE = "none"  # the failure_class user attribute of a trial that did not fail
 ASKS_PER_TRIAL = 10  # cap on asks (rejections and repeats are free) per measured trial
 MAX_INFRA_FAILURES_IN_A_ROW = 3  # then the cluster, not the configs, is what fails
-INFRA_FAILURES = ("infrastructure", "worker_error")
-ENGINE_FAILURES = ("oom", "invalid_args", "start_timeout", "start_failed", "engine_crash")
-COMPARE_ATTR = "autotune:compare"  # study user attr: the comparison configs' results
-# The role of a path campaign's warm start: the whole trace's winner (autotune.per_path).
-SINGLE_CONFIG = "single-config"
 
 
 @dataclass(frozen=True)
@@ -179,7 +174,7 @@ def _compare_doc(c: confirm.Confirmed) -> dict[str, Any]:
 
 def comparisons(study: optuna.Study) -> list[dict[str, Any]]:
     """What `_compare` stored on a finished study (empty if it compared nothing)."""
-    return list(study.user_attrs.get(COMPARE_ATTR, []))
+    return list(study.user_attrs.get(keys.COMPARE, []))
 
 
 class StudyController:
@@ -192,7 +187,7 @@ class StudyController:
         self.observer = observer or Observer()
         self.space = deployment_space(request.search_space, request.deployment)
         for ref in request.references:
-            if ref.role == SINGLE_CONFIG:  # a path's search starts from it, in its space or not
+            if ref.role == Role.SINGLE_CONFIG:  # a path's search starts from it, in its space or not
                 self.space = hold_config(self.space, EngineConfig(**ref.config),
                                          request.deployment)
         # The sampler proposes from plan.space (the grid sampler's is two axes of this space).
@@ -222,7 +217,7 @@ class StudyController:
                 params = space_params(self.plan.space, EngineConfig(**ref.config),
                                       self.request.deployment)
             except SearchSpaceError as exc:
-                if ref.role == "incumbent":  # the decision needs it measured: refuse to guess
+                if ref.role == Role.INCUMBENT:  # the decision needs it measured: refuse to guess
                     raise ConfigError(f"the incumbent config cannot be expressed in search space "
                                       f"{self.request.search_space!r} ({exc}); tune with a "
                                       "space that holds it") from None
@@ -237,14 +232,14 @@ class StudyController:
         study = optuna.create_study(study_name=self.request.study_name, storage=self.storage,
                                     direction="maximize", sampler=self.plan.sampler,
                                     load_if_exists=True)
-        earlier = study.user_attrs.get("sampler")
+        earlier = study.user_attrs.get(keys.SAMPLER)
         if earlier is not None and earlier != self.plan.name:  # resuming with another sampler
             raise ConfigError(f"campaign {self.request.campaign!r} was started with --sampler "
                               f"{earlier}; resume it with the same sampler or choose another "
                               "--campaign name")
-        study.set_user_attr("slo", str(self.request.slo))
-        study.set_user_attr("sampler", self.plan.name)
-        study.set_user_attr("deployment", self.request.deployment.name)
+        study.set_user_attr(keys.SLO, str(self.request.slo))
+        study.set_user_attr(keys.SAMPLER, self.plan.name)
+        study.set_user_attr(keys.DEPLOYMENT, self.request.deployment.name)
         for key, value in self.request.study_attrs.items():
             study.set_user_attr(key, value)
         resume.ensure_references(study, self.reference_params)  # before the baselines
@@ -270,7 +265,7 @@ class StudyController:
                 self._seen.setdefault((row.fidelity, EngineConfig(**row.engine_config).key()),
                                       resume.outcome_of(row))
         # The budget counts the search's trials (a multi-fidelity campaign's screening ones).
-        done = sum(1 for t in rows.values() if t.state != "rejected" and t.repeat_of is None
+        done = sum(1 for t in rows.values() if t.state != RecordState.REJECTED and t.repeat_of is None
                    and t.fidelity == self.request.search_backend)
         if rows or requeued:
             log.warning("%s: %d of %d trials already done; %d re-queued (%s)",
@@ -384,7 +379,7 @@ class StudyController:
                                 config=dict(t.config), repeat_of=t.repeat_of)
                     for t in self.records if t.fidelity == r.screen.backend]
         references = [(tag, role) for tag, role, _, _ in self.reference_params
-                      if role == "incumbent"] + [(role, role) for role in self.baselines]
+                      if role == Role.INCUMBENT] + [(role, role) for role in self.baselines]
         runs = mf.plan(screened, r.screen.top, references)
         dep = r.deployment
         added = mf.enqueue(study, [(run, space_params(self.plan.space, EngineConfig(**run.config),
@@ -421,13 +416,13 @@ class StudyController:
                                      config=dict(t.config), repeat_of=t.repeat_of)
                     for t in self.records if t.fidelity == r.backend]  # never a screening one
             chosen = confirm.candidates(rows, r.confirm.top,
-                                        include_roles=("incumbent", SINGLE_CONFIG))
+                                        include_roles=(Role.INCUMBENT, Role.SINGLE_CONFIG))
             confirmed = confirm.run(self.executor, template, chosen, r.confirm)
         compared = self._compare(template)
         if self._lease is not None:
             self._lease.check()
         if r.compare:  # before our row: a job killed in between confirms and compares afresh
-            study.set_user_attr(COMPARE_ATTR, [_compare_doc(c) for c in compared])
+            study.set_user_attr(keys.COMPARE, [_compare_doc(c) for c in compared])
         with session_scope(self.engine) as s:
             row = s.get(Campaign, campaign_id)
             assert row is not None
@@ -460,7 +455,7 @@ class StudyController:
     def _check_health(self, outcome: TrialOutcome) -> None:
         """Stop instead of burning the budget when the setup, not a config, is what fails."""
         self._infra_in_a_row = (self._infra_in_a_row + 1
-                                if outcome.failure_class in INFRA_FAILURES else 0)
+                                if outcome.failure_class in NOT_THE_CONFIG else 0)
         if self._infra_in_a_row >= MAX_INFRA_FAILURES_IN_A_ROW:
             raise InfrastructureError(f"{self._infra_in_a_row} trials in a row failed in the workers "
                               f"(last: {outcome.failure_message}); check the executor and the "
@@ -469,7 +464,7 @@ class StudyController:
         baselines = [rec for rec in phase if rec.role in BASELINES]
         if len(baselines) == len(self.baselines) and all(
                 rec.failure_class in ENGINE_FAILURES for rec in baselines) and not any(
-                rec.role not in BASELINES and rec.state == "measured" for rec in phase):
+                rec.role not in BASELINES and rec.state == RecordState.MEASURED for rec in phase):
             first = baselines[0]
             raise ConfigError(f"every baseline failed to start or crashed on {self._phase} "
                               f"({first.failure_class}: "
@@ -480,34 +475,34 @@ class StudyController:
         """Ask for a config; returns it if it must run, else tells it right away."""
         dep = self.request.deployment
         trial = study.ask()
-        role = trial.user_attrs.get("role", PROPOSED)
-        fidelity = trial.user_attrs.get(mf.FIDELITY, self.request.search_backend)
+        role = trial.user_attrs.get(keys.ROLE, Role.PROPOSED)
+        fidelity = trial.user_attrs.get(keys.FIDELITY, self.request.search_backend)
         if fidelity != self._phase:  # mf.waiting_real and close_screening keep this from happening
             raise ConfigError(f"trial {trial.number} is for {fidelity}, asked while measuring on "
                               f"{self._phase}")
         # A reference runs its exact config; the space's parameters are enqueued equal to it.
-        exact = trial.user_attrs.get(resume.ENGINE_CONFIG)
+        exact = trial.user_attrs.get(keys.ENGINE_CONFIG)
         base = (EngineConfig(**exact) if exact else self.baselines.get(role)
                 or EngineConfig(**deployment_args(dep)))
         # Define-by-run: a conditional parameter is suggested only when its feature is on.
         config = config_for(self.space, base, self.plan.space.suggest(trial))
         # The trial record shows what vLLM will run: its defaults, its silent overrides, pins.
         effective, overridden = resolved(config, dep)
-        trial.set_user_attr("vllm_effective", effective)
+        trial.set_user_attr(keys.VLLM_EFFECTIVE, effective)
         if overridden:
-            trial.set_user_attr("vllm_overrides", overridden)
+            trial.set_user_attr(keys.VLLM_OVERRIDES, overridden)
         if self.space.pinned:
-            trial.set_user_attr("pinned", dict(self.space.pinned))
+            trial.set_user_attr(keys.PINNED, dict(self.space.pinned))
         broken = violations(self.space, config, dep)
         # Baselines are references: they run unless they are known to fail.
-        blocking = [v for v in broken if role == PROPOSED or v.severity == "error"]
+        blocking = [v for v in broken if role == Role.PROPOSED or v.severity == "error"]
         if blocking:
             self._tell_rejected(study, campaign_id, trial, role, config, blocking)
             return None
         key = (fidelity, config.key())
         if key in self._seen:  # the sampler repeated a config: reuse its measurement
             first = self._seen[key].trial_number
-            trial.set_user_attr("repeat_of", first)
+            trial.set_user_attr(keys.REPEAT_OF, first)
             outcome = self._seen[key].model_copy(update={"trial_number": trial.number})
             self._finish(study, campaign_id, _InFlight(trial, role, config, [], fidelity, first),
                          outcome)
@@ -525,7 +520,7 @@ class StudyController:
     def _set_constraints(self, trial: OptunaTrial, constraints: dict[str, float]) -> None:
         for name, value in constraints.items():
             trial.set_constraint(name, value)
-            trial.set_user_attr(f"constraint:{name}", value)
+            trial.set_user_attr(f"{keys.CONSTRAINT_PREFIX}{name}", value)
         # optuna-dashboard 0.21 reads only the old list attribute; without it its "best value"
         # line follows infeasible trials.
         self.storage.set_trial_system_attr(trial._trial_id, "constraints",
@@ -536,16 +531,16 @@ class StudyController:
         constraints = rejected_constraints(self.request.slo, len(broken))
         message = "; ".join(f"{v.rule}: {v.message}" for v in broken)
         self._set_constraints(trial, constraints)
-        trial.set_user_attr("role", role)
-        trial.set_user_attr(mf.FIDELITY, self._phase)
-        trial.set_user_attr("feasible", False)
-        trial.set_user_attr("failure_class", "rule_violation")
-        trial.set_user_attr("failure_message", message)
+        trial.set_user_attr(keys.ROLE, role)
+        trial.set_user_attr(keys.FIDELITY, self._phase)
+        trial.set_user_attr(keys.FEASIBLE, False)
+        trial.set_user_attr(keys.FAILURE_CLASS, FailureClass.RULE_VIOLATION)
+        trial.set_user_attr(keys.FAILURE_MESSAGE, message)
         log.info("%s trial %d (%s): rejected without an engine: %s", self.request.study_name,
                  trial.number, role, message)
         record = TrialRecord(
-            number=trial.number, role=role, state="rejected", feasible=False,
-            capacity_output_tok_s=0.0, config=config.explicit(), failure_class="rule_violation",
+            number=trial.number, role=role, state=RecordState.REJECTED, feasible=False,
+            capacity_output_tok_s=0.0, config=config.explicit(), failure_class=FailureClass.RULE_VIOLATION,
             failure_message=message, constraints=constraints, fidelity=self._phase)
         self._store(campaign_id, record, capacity_rate_scale=0.0)
         self._tell(study, trial, record)
@@ -556,25 +551,26 @@ class StudyController:
         feasible = is_feasible(constraints)
         trial = job.trial
         self._set_constraints(trial, constraints)
-        trial.set_user_attr("role", job.role)
-        trial.set_user_attr(mf.FIDELITY, job.fidelity)
-        trial.set_user_attr("capacity_output_tok_s", outcome.capacity_output_tok_s)
+        trial.set_user_attr(keys.ROLE, job.role)
+        trial.set_user_attr(keys.FIDELITY, job.fidelity)
+        trial.set_user_attr(keys.CAPACITY, outcome.capacity_output_tok_s)
         if job.slow_rules:
-            trial.set_user_attr("slow_rules", job.slow_rules)
+            trial.set_user_attr(keys.SLOW_RULES, job.slow_rules)
         if outcome.notes:
-            trial.set_user_attr("backend_notes", outcome.notes)
+            trial.set_user_attr(keys.BACKEND_NOTES, outcome.notes)
         # Set on every trial: the dashboard's trial page shows user attributes only (not the
         # constraint list), so "feasible" and "failure_class none" must be there to be read.
-        trial.set_user_attr("feasible", feasible)
-        trial.set_user_attr("failure_class", outcome.failure_class or NO_FAILURE)
+        trial.set_user_attr(keys.FEASIBLE, feasible)
+        trial.set_user_attr(keys.FAILURE_CLASS, outcome.failure_class or FailureClass.NONE)
         if outcome.failure_class:
-            trial.set_user_attr("failure_message", outcome.failure_message)
+            trial.set_user_attr(keys.FAILURE_MESSAGE, outcome.failure_message)
         if outcome.at_capacity is not None:
             for key in ("ttft_p99_ms", "tpot_p99_ms", "itl_p99_ms", "e2e_p99_ms"):
                 trial.set_user_attr(key, getattr(outcome.at_capacity, key))
         if outcome.at_recorded_rate is not None:
             self._seen.setdefault((job.fidelity, job.config.key()), outcome)
-        state = "measured" if outcome.at_recorded_rate is not None else "failed"
+        state = (RecordState.MEASURED if outcome.at_recorded_rate is not None
+                 else RecordState.FAILED)
         log.info("%s trial %d (%s, %s): %s, capacity %.0f output tok/s%s",
                  self.request.study_name, trial.number, job.role, job.fidelity, state,
                  outcome.capacity_output_tok_s,

@@ -9,8 +9,8 @@ import sqlalchemy as sa
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.orm import Session
 
+from autotune import optuna_keys as keys
 from autotune.baselines import BASELINES
-from autotune.resume import REQUEUED_AS, RETRY_OF
 from autotune.storage.models import Campaign, Deployment, Trial
 
 
@@ -36,8 +36,8 @@ def check_complete(url: str, deployment: str, campaign: str, max_trials: int
             assert t.value == rows[t.number].capacity_output_tok_s
         elif t.state == TrialState.FAIL:
             assert t.number not in rows, f"trial {t.number} stored but failed in Optuna"
-            retry = by_number[t.system_attrs[REQUEUED_AS]]
-            assert retry.system_attrs[RETRY_OF] == t.number
+            retry = by_number[t.system_attrs[keys.REQUEUED_AS]]
+            assert retry.system_attrs[keys.RETRY_OF] == t.number
             wanted = t.system_attrs.get("fixed_params") or t.params
             assert {k: retry.params[k] for k in wanted} == wanted, "re-queued other parameters"
         else:

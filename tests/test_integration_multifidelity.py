@@ -18,7 +18,7 @@ from autotune.baselines import BASELINES
 from autotune.storage.models import Campaign, Trial
 from autotune.traffic.synthetic import write_jsonl
 from autotune.traffic.trace import load_trace
-from tests.conftest import engine_python, run_cli, public_trace, vllm_processes
+from tests.conftest import engine_python, public_trace, run_cli, vllm_processes
 
 pytestmark = pytest.mark.integration
 SCREEN_TRIALS, TOP = 8, 2

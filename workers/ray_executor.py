@@ -27,6 +27,7 @@ from ray.exceptions import RayActorError, RayError
 from autotune.errors import ConfigError, InfrastructureError
 from autotune.executors import Executor, execute_trial
 from autotune.records import TrialOutcome, TrialSpec
+from autotune.vocabulary import FailureClass
 
 log = logging.getLogger("autotune.executors.ray")
 
@@ -71,7 +72,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _infra_failure(spec: TrialSpec, message: str) -> TrialOutcome:
-    return TrialOutcome.failed(spec.trial_number, "infrastructure", message)
+    return TrialOutcome.failed(spec.trial_number, FailureClass.INFRASTRUCTURE, message)
 
 
 def _probe(address: str) -> None:
@@ -144,7 +145,7 @@ class RayExecutor(Executor):
         total = int(ray.cluster_resources().get("GPU", 0))
         if spec.gpus > total:
             self._refused.append(TrialOutcome.failed(
-                spec.trial_number, "invalid_args",
+                spec.trial_number, FailureClass.INVALID_ARGS,
                 f"the config needs {spec.gpus} GPUs (tensor x pipeline x data parallel size); "
                 f"the Ray cluster has {total}"))
             return

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from autotune.parallelism import Strategy
 from autotune.study import CampaignRequest, Observer, TrialRecord
+from autotune.vocabulary import RecordState
 
 TUNED = ("max_num_seqs", "max_num_batched_tokens", "block_size", "enable_chunked_prefill",
          "gpu_memory_utilization", "enable_prefix_caching")
@@ -38,8 +39,8 @@ def trial_table(records: list[TrialRecord], title: str, limit: int | None = None
         table.add_column(_SHORT[name], justify="right")
     for r in shown:
         lat = r.latency or {}
-        state = r.state if r.feasible or r.state != "measured" else "slo miss"
-        style = "bold green" if r.feasible else ("dim" if r.state == "rejected" else "red")
+        state = r.state if r.feasible or r.state != RecordState.MEASURED else "slo miss"
+        style = "bold green" if r.feasible else ("dim" if r.state == RecordState.REJECTED else "red")
         table.add_row(str(r.number), f"{r.role} ({r.fidelity})" if mixed else r.role, state,
                       f"{r.capacity_output_tok_s:,.0f}" if r.feasible else "-",
                       _ms(lat.get("ttft_p99_ms")), _ms(lat.get("tpot_p99_ms")),
@@ -60,7 +61,7 @@ class LiveTrials(Observer):
     def _title(self) -> str:
         r = self.request
         assert r is not None
-        measured = sum(1 for x in self.records if x.state != "rejected")
+        measured = sum(1 for x in self.records if x.state != RecordState.REJECTED)
         rejected = len(self.records) - measured
         best = max((x.capacity_output_tok_s for x in self.records if x.feasible), default=0.0)
         return (f"{r.study_name}: {measured}/{r.max_trials} trials measured, {rejected} rejected "

@@ -17,6 +17,7 @@ from autotune.engine_config import EngineConfig
 from autotune.storage import repo
 from autotune.storage.models import Campaign, Trial
 from autotune.study import TrialRecord
+from autotune.vocabulary import RecordState
 
 
 def _row(t: Trial) -> dict[str, Any]:
@@ -32,7 +33,7 @@ def _record(t: Trial) -> TrialRecord:
 
 def print_campaign_result(console: Console, campaign: Campaign, url: str) -> None:
     trials = repo.measured_trials(campaign)  # a screening's simulated ones are not ranked here
-    measured = [t for t in trials if t.state != "rejected"]
+    measured = [t for t in trials if t.state != RecordState.REJECTED]
     screened = len(campaign.trials) - len(trials)
     console.print(trial_table([_record(t) for t in sorted(
         measured, key=lambda t: -t.capacity_output_tok_s)[:10]],

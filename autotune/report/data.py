@@ -13,12 +13,14 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from autotune import optuna_keys as keys
 from autotune.baselines import BASELINES, effective_values
 from autotune.engine_config import EngineConfig
 from autotune.errors import NotFoundError
 from autotune.parallelism import Strategy
 from autotune.storage import repo
 from autotune.storage.models import Campaign, Confirmation, Publication, Trial
+from autotune.vocabulary import Role
 
 log = logging.getLogger("autotune.report")
 LATENCY_KEYS = ("ttft_p99_ms", "tpot_p99_ms", "itl_p99_ms", "e2e_p99_ms")
@@ -205,7 +207,7 @@ def _comparison(session: Session, campaign: Campaign) -> tuple[ConfigColumn, ...
         where = "this campaign" if pub.campaign_id == campaign.id else f"campaign {pub.campaign.name}"
         source = (f"{pub.period_label}: {where}, trial {pub.trial.number}, published "
                   f"{pub.published_at:%Y-%m-%d}")
-        columns.append(_column("incumbent", source, pub.trial, pub.engine_config, campaign))
+        columns.append(_column(Role.INCUMBENT, source, pub.trial, pub.engine_config, campaign))
     for role in BASELINES:
         base = next((t for t in repo.measured_trials(campaign) if t.role == role), None)
         if base is not None:
@@ -225,7 +227,7 @@ def importances(storage_url: str, study_name: str, fidelity: str | None = None) 
         return Importances(note=f"the Optuna study {study_name!r} is not in this database")
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     if fidelity is not None:  # one scale: the real trials' capacities are not comparable
-        complete = [t for t in complete if t.user_attrs.get("fidelity", fidelity) == fidelity]
+        complete = [t for t in complete if t.user_attrs.get(keys.FIDELITY, fidelity) == fidelity]
         study = optuna.create_study(direction="maximize")
         study.add_trials(complete)
     if len(complete) < MIN_TRIALS_FOR_IMPORTANCE:

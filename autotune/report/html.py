@@ -14,6 +14,7 @@ from typing import Any
 
 from autotune.report.data import LATENCY_KEYS, CampaignReport, ConfigColumn, ReportTrial
 from autotune.storage import repo
+from autotune.vocabulary import FailureClass, RecordState
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto;
@@ -166,7 +167,7 @@ def _comparison(columns: Sequence[ConfigColumn]) -> str:
     lines = [head, _row(['<th class="l">measured as</th>',
                          *(_td(c.source) for c in columns)])]
     lines.append(_row(['<th class="l">capacity (output tok/s)</th>', *(_td(
-        _num(c.capacity_output_tok_s) if c.feasible else f"- ({c.failure_class or 'slo_miss'})")
+        _num(c.capacity_output_tok_s) if c.feasible else f"- ({c.failure_class or FailureClass.SLO_MISS})")
         for c in columns)]))
     if columns[0].label == "winner":
         lines.append(_row(["<th class=\"l\">winner's gain over it</th>",
@@ -190,7 +191,7 @@ def _comparison(columns: Sequence[ConfigColumn]) -> str:
 def _state(t: ReportTrial) -> str:
     if t.feasible:
         return "feasible"
-    return "rejected" if t.state == "rejected" else "infeasible"
+    return "rejected" if t.state == RecordState.REJECTED else "infeasible"
 
 
 def _trials(report: CampaignReport) -> str:
@@ -209,7 +210,7 @@ def _trials(report: CampaignReport) -> str:
             message = f"repeat of trial {t.repeat_of}; {message}".rstrip("; ")
         role = f"{t.role} ({t.fidelity})" if report.screen_backend else t.role
         cells = [_td(t.number), _td(role, "l"), _td(t.state + ("" if t.feasible or
-                                                                  t.state == "rejected" else
+                                                                  t.state == RecordState.REJECTED else
                                                                   " (infeasible)"), "state l"),
                  _td("yes" if t.feasible else "no"),
                  _td(_num(t.capacity_output_tok_s) if t.feasible else "-"),

@@ -10,6 +10,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from autotune.report.data import CampaignReport, ReportTrial
+from autotune.vocabulary import RecordState, Role
 
 THROUGHPUT_LATENCY_PNG = "throughput_vs_p99.png"
 CAPACITY_BY_TRIAL_PNG = "capacity_by_trial.png"
@@ -64,8 +65,8 @@ def _throughput_panel(ax: Axes, report: CampaignReport, key: str, label: str) ->
         ax.axvline(report.slo_ms[key], c="grey", ls="--", lw=1, label=f"SLO {report.slo_ms[key]:g} ms")
     for t in report.trials:
         point = _plotted(t, key)
-        if point is not None and (t.role != "proposed" or t is report.winner):
-            name = (f"winner ({t.role})" if t is report.winner and t.role != "proposed"
+        if point is not None and (t.role != Role.PROPOSED or t is report.winner):
+            name = (f"winner ({t.role})" if t is report.winner and t.role != Role.PROPOSED
                     else "winner" if t is report.winner else t.role)
             ax.annotate(f"#{t.number} {name}", point, textcoords="offset points", xytext=(5, 4),
                         fontsize=8)
@@ -92,8 +93,8 @@ def plot_capacity_by_trial(report: CampaignReport, path: Path) -> None:
     ax = fig.subplots()
     groups = (("feasible", lambda t: t.feasible, dict(c="tab:green", marker="o")),
               ("infeasible (measured or failed)",
-               lambda t: not t.feasible and t.state != "rejected", dict(c="tab:red", marker="x")),
-              ("rejected by a rule (no engine)", lambda t: t.state == "rejected",
+               lambda t: not t.feasible and t.state != RecordState.REJECTED, dict(c="tab:red", marker="x")),
+              ("rejected by a rule (no engine)", lambda t: t.state == RecordState.REJECTED,
                dict(c="lightgrey", marker="|")))
     for label, keep, style in groups:
         picked = [t for t in report.trials if keep(t)]
@@ -105,7 +106,7 @@ def plot_capacity_by_trial(report: CampaignReport, path: Path) -> None:
         ax.step(*zip(*steps, strict=True), where="post", c="tab:blue", lw=1.5,
                 label="best so far (feasible)", zorder=2)
     for t in report.trials:
-        if t.role != "proposed":
+        if t.role != Role.PROPOSED:
             ax.annotate(t.role, (t.number, t.capacity_output_tok_s), textcoords="offset points",
                         xytext=(4, 5), fontsize=8)
     ax.set_xlabel("trial number")

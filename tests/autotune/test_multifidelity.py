@@ -14,7 +14,7 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune import multifidelity as mf
-from autotune import resume
+from autotune import optuna_keys as keys
 from autotune.baselines import BASELINES
 from autotune.confirm import ConfirmPlan
 from autotune.deployment import DeploymentSpec
@@ -121,7 +121,7 @@ def _check_finished(url: str) -> tuple[Campaign, dict[int, Trial]]:
             assert ft.value == t.capacity_output_tok_s
     for t in real:  # each names the screening trial of its config
         assert key(rows[by_number[t.number].user_attrs["screen_of"]]) == key(t)
-    assert study.user_attrs[mf.PHASE] == mf.REAL_PHASE
+    assert study.user_attrs[keys.PHASE] == keys.REAL_PHASE
     return c, rows
 
 
@@ -166,7 +166,7 @@ def test_a_job_killed_during_the_real_phase_resumes_it_without_repeats(
     study = optuna.load_study(study_name="llama:mf", storage=migrated_sqlite)
     failed = [t for t in study.trials if t.state == TrialState.FAIL]
     assert len(failed) == 1 and failed[0].user_attrs["fidelity"] == REAL
-    retry = study.trials[failed[0].system_attrs[resume.REQUEUED_AS]]
+    retry = study.trials[failed[0].system_attrs[keys.REQUEUED_AS]]
     assert retry.state == TrialState.WAITING and retry.user_attrs["fidelity"] == REAL
     assert retry.user_attrs["screen_of"] == failed[0].user_attrs["screen_of"]
     # Resumed with a bigger deadline-free budget: screening stays closed, nothing re-screened.

@@ -8,6 +8,7 @@ from collections import Counter
 
 import pytest
 
+from autotune import optuna_keys as keys
 from autotune import per_path as pp
 from autotune.deployment import DEMO
 from autotune.errors import ConfigError, NotFoundError, SearchSpaceError
@@ -18,6 +19,7 @@ from autotune.storage.models import Campaign, Publication
 from autotune.study import CampaignRequest
 from autotune.traffic.stats import paths
 from autotune.traffic.trace import Trace
+from autotune.vocabulary import Role
 
 
 def _trace(hot: int, warm: int, cold: int) -> Trace:
@@ -100,7 +102,7 @@ def test_path_requests_spaces_slos_links_and_the_single_config() -> None:
     assert hot.campaign == cold.campaign == "2026Q4"
     assert hot.study_name == "demo.hot:2026Q4"
     assert cold.trace_ref == "/traces/mix.jsonl#path=cold"
-    assert cold.study_attrs[pp.PATH_ATTR] == {
+    assert cold.study_attrs[keys.PATH] == {
         "path": "cold", "rule": pp.rule_of(("warm", "cold")), "requests": 70,
         "of_requests": 190, "parent_deployment": "demo", "parent_campaign": "2026Q4"}
     assert hot.max_trials == parent.max_trials  # --trials applies to each campaign
@@ -110,9 +112,9 @@ def test_path_requests_spaces_slos_links_and_the_single_config() -> None:
                                                      space="default")} == {"default"}
     config = {"max_num_seqs": 16, "max_model_len": 16384}
     compared = pp.with_single_config(hot, config)
-    assert [(c.role, c.config) for c in compared.compare] == [(pp.SINGLE_CONFIG, config)]
+    assert [(c.role, c.config) for c in compared.compare] == [(Role.SINGLE_CONFIG, config)]
     # The path's search starts from it (a reference, so it is confirmed with the path's best).
-    assert [(c.role, c.config) for c in compared.references] == [(pp.SINGLE_CONFIG, config)]
+    assert [(c.role, c.config) for c in compared.references] == [(Role.SINGLE_CONFIG, config)]
     assert pp.with_single_config(hot, None) is hot
 
 

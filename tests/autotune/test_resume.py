@@ -9,6 +9,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from autotune import optuna_keys as keys
 from autotune import resume
 from autotune.deployment import DeploymentSpec
 from autotune.errors import ConfigError, StorageError
@@ -139,7 +140,7 @@ def test_an_interrupted_job_requeues_its_trial_and_the_next_one_finishes(
     assert executor.interrupted is not None
     cut = study.trials[executor.interrupted]
     assert cut.state == TrialState.FAIL
-    waiting = study.trials[cut.system_attrs[resume.REQUEUED_AS]]
+    waiting = study.trials[cut.system_attrs[keys.REQUEUED_AS]]
     assert waiting.state == TrialState.WAITING
     assert waiting.system_attrs["fixed_params"] == cut.params
     StudyController(engine, migrated_sqlite, _request(), InlineExecutor(), lease_s=0.3).run()
@@ -156,12 +157,12 @@ def test_an_interrupted_requeue_is_finished_not_repeated(migrated_sqlite: str) -
     # The job died after enqueueing the retry but before failing the original.
     template = optuna.trial.create_trial(
         state=TrialState.WAITING, system_attrs={"fixed_params": running.params,
-                                                resume.RETRY_OF: running.number})
+                                                keys.RETRY_OF: running.number})
     storage.create_new_trial(storage.get_study_id_from_name("s"), template_trial=template)
     assert resume.repair(storage, study, {}) == [running.number]
     trials = study.get_trials()
     assert len(trials) == 2  # no second retry
-    assert trials[0].state == TrialState.FAIL and trials[0].system_attrs[resume.REQUEUED_AS] == 1
+    assert trials[0].state == TrialState.FAIL and trials[0].system_attrs[keys.REQUEUED_AS] == 1
     assert study.ask({"x": dist}).params == running.params  # the retry runs its parameters
 
 

@@ -9,6 +9,7 @@ import optuna
 import pytest
 import sqlalchemy as sa
 
+from autotune import optuna_keys as keys
 from autotune.deployment import DEMO
 from autotune.errors import ConfigError
 from autotune.executors import InlineExecutor
@@ -17,7 +18,6 @@ from autotune.samplers import (
     GRID_PARAMS,
     SAMPLERS,
     STARTUP_TRIALS,
-    SWEEP_AXIS_ATTR,
     OrdinalParzenEstimator,
     make_sampler,
 )
@@ -269,7 +269,7 @@ def test_line_sweep_moves_one_argument_at_a_time_from_the_best_reference(tmp_pat
     for i in range(1, 8):
         best = max(trials[:i], key=lambda t: t.value or 0.0)
         assert len(_moved(best.params, trials[i].params)) == 1, trials[i].params
-        assert trials[i].system_attrs[SWEEP_AXIS_ATTR] in _moved(best.params, trials[i].params)
+        assert trials[i].system_attrs[keys.SWEEP_AXIS] in _moved(best.params, trials[i].params)
     assert len({tuple(sorted(p.items())) for p in proposed}) == len(proposed)
 
 
@@ -308,7 +308,7 @@ def test_line_sweep_needs_a_feasible_start(tmp_path: Path) -> None:
         space.suggest(trial)  # type: ignore[attr-defined]
         trial.set_constraint("slo", 1.0)  # an SLO miss
         study.tell(trial, 0.0)
-    assert not any(SWEEP_AXIS_ATTR in t.system_attrs for t in study.trials)
+    assert not any(keys.SWEEP_AXIS in t.system_attrs for t in study.trials)
     _run(study, space, 2)
-    assert SWEEP_AXIS_ATTR not in study.trials[2].system_attrs
-    assert SWEEP_AXIS_ATTR in study.trials[3].system_attrs
+    assert keys.SWEEP_AXIS not in study.trials[2].system_attrs
+    assert keys.SWEEP_AXIS in study.trials[3].system_attrs

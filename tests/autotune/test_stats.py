@@ -13,7 +13,7 @@ import pytest
 from autotune.errors import TraceError
 from autotune.traffic.stats import paths, prefix_share_ratio, trace_stats
 from autotune.traffic.trace import Trace, load_trace
-from tests.conftest import run_cli, public_trace
+from tests.conftest import public_trace, run_cli
 
 
 def test_mooncake_trace_against_its_raw_rows() -> None:

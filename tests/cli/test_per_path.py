@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from api.app import create_app
+from autotune import optuna_keys as keys
 from autotune import per_path as pp
 from autotune.settings import Settings
 from autotune.storage import repo
@@ -21,6 +22,7 @@ from autotune.storage.db import open_database, session_scope
 from autotune.storage.models import Campaign, Publication, Trial
 from autotune.study import comparisons
 from autotune.traffic.trace import DEMO_TRACE, load_trace
+from autotune.vocabulary import Role
 from tests.conftest import run_cli
 
 FAST = ["--trials", "3", "--confirm-top", "1", "--confirm-repeats", "2", "--max-scale", "16"]
@@ -73,21 +75,21 @@ def test_each_path_is_its_own_campaign_on_its_sub_trace(tuned: tuple[Path, str])
             assert measured and {t.latency_recorded_rate["requests"] for t in measured} == {len(sub)}
             assert repo.choose_winner(c).confirmation is not None
             study = optuna.load_study(study_name=c.study_name, storage=url)
-            assert study.user_attrs[pp.PATH_ATTR]["requests"] == len(sub)
-            assert study.user_attrs[pp.PATH_ATTR]["parent_campaign"] == "c1"
+            assert study.user_attrs[keys.PATH]["requests"] == len(sub)
+            assert study.user_attrs[keys.PATH]["parent_campaign"] == "c1"
             # The whole trace's winner measured on this path with the confirmation's seeds.
             (single,) = comparisons(study)
-            assert single["role"] == pp.SINGLE_CONFIG
+            assert single["role"] == Role.SINGLE_CONFIG
             assert single["engine_config"] == repo.choose_winner(parent).trial.engine_config
             assert single["seeds"] == repo.choose_winner(c).confirmation.seeds and single["n"] == 2
             # The path's search started from it, and it was confirmed beside the path's best:
             # the path's winner has at least its lower bound.
             roles = [t.role for t in sorted(c.trials, key=lambda t: t.number)]
-            assert roles[0] == pp.SINGLE_CONFIG, roles
+            assert roles[0] == Role.SINGLE_CONFIG, roles
             confirmed = {r.role: r for r in c.confirmations}
-            if pp.SINGLE_CONFIG in confirmed:
+            if Role.SINGLE_CONFIG in confirmed:
                 assert (repo.choose_winner(c).confirmation.lcb_output_tok_s
-                        >= confirmed[pp.SINGLE_CONFIG].lcb_output_tok_s)
+                        >= confirmed[Role.SINGLE_CONFIG].lcb_output_tok_s)
         assert found["hot"].slo == {"ttft_p99_ms": 1000.0, "tpot_p99_ms": 50.0}
         assert found["cold"].slo == parent.slo
     engine.dispose()

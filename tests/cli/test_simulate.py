@@ -9,7 +9,7 @@ import pytest
 
 from autotune.records import LatencySummary
 from autotune.traffic.trace import DEMO_TRACE
-from tests.conftest import run_cli, public_trace
+from tests.conftest import public_trace, run_cli
 
 
 def test_simulate_prints_one_json_summary_with_a_trials_fields() -> None:

@@ -16,7 +16,7 @@ from autotune.traffic.capture_format import CaptureRecord
 from autotune.traffic.formats import detect_format, import_file
 from autotune.traffic.formats.mapped import parse_mapping
 from autotune.traffic.parquet_store import read_parquet
-from tests.conftest import run_cli, public_trace
+from tests.conftest import public_trace, run_cli
 
 
 def _pct(values: list[int]) -> dict[str, float]:

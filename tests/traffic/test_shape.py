@@ -11,7 +11,7 @@ from autotune.errors import ConfigError
 from autotune.traffic.parquet_store import read_parquet
 from autotune.traffic.shape import DAY_S, ShapeSpec, shape, time_offset_s
 from autotune.traffic.trace import Trace, load_trace
-from tests.conftest import run_cli, public_trace
+from tests.conftest import public_trace, run_cli
 
 
 def _ramp(n: int = 2000) -> Trace:

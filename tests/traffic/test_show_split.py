@@ -13,7 +13,7 @@ from autotune.traffic.parquet_store import read_parquet
 from autotune.traffic.split import split_by_path
 from autotune.traffic.stats import paths
 from autotune.traffic.trace import Trace
-from tests.conftest import run_cli, public_trace
+from tests.conftest import public_trace, run_cli
 
 
 def test_show_json_against_raw_rows_and_plot(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from autotune.records import CalibrationResult, Measurement, ReplayResult
 from autotune.rules import engine_refusals
 from autotune.settings import get_settings
 from autotune.traffic.trace import Trace
+from autotune.vocabulary import FailureClass
 from workers.sim.perf import EngineShape, PerfModel, StartFailure
 from workers.sim.profile import Profile, find_profile, load_profile, save_profile
 from workers.sim.scheduler import simulate, simulate_data_parallel
@@ -25,17 +26,17 @@ from workers.sim.scheduler import simulate, simulate_data_parallel
 def _check_args(values: dict[str, Any], device: str) -> None:
     """The start-up checks vLLM itself makes, with the failure class a real start would get."""
     if values["max_num_batched_tokens"] < values["max_num_seqs"]:
-        raise StartFailure("max_num_batched_tokens must be >= max_num_seqs", "invalid_args")
+        raise StartFailure("max_num_batched_tokens must be >= max_num_seqs", FailureClass.INVALID_ARGS)
     if not values["enable_chunked_prefill"] and (
             values["max_num_batched_tokens"] < values["max_model_len"]):
         raise StartFailure("without chunked prefill max_num_batched_tokens must be >= "
-                           "max_model_len", "invalid_args")
+                           "max_model_len", FailureClass.INVALID_ARGS)
     multiple = 32 if device == "cpu" else 16
     if values["block_size"] % multiple:
         raise StartFailure(f"block_size must be a multiple of {multiple} on {device}",
-                           "invalid_args")
+                           FailureClass.INVALID_ARGS)
     if device == "cpu" and str(values["kv_cache_dtype"]).startswith("fp8"):
-        raise StartFailure("the CPU backend has no fp8 KV cache", "invalid_args")
+        raise StartFailure("the CPU backend has no fp8 KV cache", FailureClass.INVALID_ARGS)
 
 
 def _check_parallel(values: dict[str, Any], deployment: DeploymentSpec) -> None:
@@ -43,12 +44,12 @@ def _check_parallel(values: dict[str, Any], deployment: DeploymentSpec) -> None:
             * values["data_parallel_size"])
     if gpus > deployment.gpu_count:
         raise StartFailure(f"tensor x pipeline x data parallel size needs {gpus} GPUs; the "
-                           f"deployment has {deployment.gpu_count}", "invalid_args")
+                           f"deployment has {deployment.gpu_count}", FailureClass.INVALID_ARGS)
     if (values["data_parallel_size"] > 1 and deployment.model_info.num_experts
             and not values["enable_expert_parallel"]):
         # Without EP vLLM splits every expert over all DP x TP ranks: not modelled (DEP is).
         raise StartFailure("the simulator models data parallelism of an MoE model with expert "
-                           "parallelism (DEP) only; add enable_expert_parallel", "invalid_args")
+                           "parallelism (DEP) only; add enable_expert_parallel", FailureClass.INVALID_ARGS)
 
 
 def _check_modelled(values: dict[str, Any]) -> None:
@@ -57,10 +58,10 @@ def _check_modelled(values: dict[str, Any]) -> None:
         # Stages, micro-batches and their bubble are not modelled; treating PP as TP would
         # overstate it.
         raise StartFailure("the simulator does not model pipeline parallelism "
-                           "(pipeline_parallel_size > 1); not simulated", "invalid_args")
+                           "(pipeline_parallel_size > 1); not simulated", FailureClass.INVALID_ARGS)
     if values.get("speculative_config"):
         raise StartFailure("the simulator does not model speculative decoding "
-                           "(speculative_config); not simulated", "invalid_args")
+                           "(speculative_config); not simulated", FailureClass.INVALID_ARGS)
 
 
 def _check_rules(config: EngineConfig, deployment: DeploymentSpec) -> None:
@@ -69,7 +70,7 @@ def _check_rules(config: EngineConfig, deployment: DeploymentSpec) -> None:
     refused = engine_refusals(config, deployment)
     if refused:
         v = refused[0]
-        raise StartFailure(f"{v.message} (rule {v.rule}; {v.source})", "invalid_args")
+        raise StartFailure(f"{v.message} (rule {v.rule}; {v.source})", FailureClass.INVALID_ARGS)
 
 
 def engine_shape(config: EngineConfig, deployment: DeploymentSpec) -> EngineShape:

@@ -43,6 +43,7 @@ from typing import NamedTuple
 import numpy as np
 
 from autotune.catalogue import DSV4, GPU, Model
+from autotune.vocabulary import FailureClass
 from workers.sim.kv_layout import kv_layout
 from workers.sim.profile import Profile
 
@@ -51,7 +52,7 @@ DSV4_PADDED_Q_HEADS = 64
 
 
 class StartFailure(Exception):
-    def __init__(self, message: str, failure_class: str) -> None:
+    def __init__(self, message: str, failure_class: FailureClass) -> None:
         super().__init__(message)
         self.failure_class = failure_class
 
@@ -170,19 +171,19 @@ class PerfModel:
             if parts["weights"] + cpu_kvcache_space_gib > g.memory_gib:
                 raise StartFailure(f"out of memory: {parts['weights']:.1f} GiB of weights and a "
                                    f"{cpu_kvcache_space_gib:g} GiB KV cache exceed "
-                                   f"{g.memory_gib:g} GiB", "oom")
+                                   f"{g.memory_gib:g} GiB", FailureClass.OOM)
             return cpu_kvcache_space_gib
         budget = g.memory_gib * s.gpu_memory_utilization
         if budget > g.memory_gib - c.driver_reserved_gib:
             raise StartFailure(
                 f"CUDA out of memory: free memory on device ({g.memory_gib - c.driver_reserved_gib:.1f}"
                 f" GiB) is less than desired GPU memory utilization "
-                f"({s.gpu_memory_utilization}, {budget:.1f} GiB)", "oom")
+                f"({s.gpu_memory_utilization}, {budget:.1f} GiB)", FailureClass.OOM)
         kv = budget - sum(parts.values())
         if kv <= 0:
             used = ", ".join(f"{k} {v:.2f}" for k, v in parts.items())
             raise StartFailure(f"No available memory for the cache blocks: {budget:.1f} GiB "
-                               f"allowed, {used} GiB used", "oom")
+                               f"allowed, {used} GiB used", FailureClass.OOM)
         return kv
 
     def _kv_blocks(self) -> int:
@@ -193,7 +194,7 @@ class PerfModel:
             raise StartFailure(
                 f"To serve at least one request with max seq len ({s.max_model_len}), "
                 f"{need * self.block_bytes / GIB:.2f} GiB KV cache is needed, which is larger "
-                f"than the available KV cache memory ({self.kv_gib:.2f} GiB)", "oom")
+                f"than the available KV cache memory ({self.kv_gib:.2f} GiB)", FailureClass.OOM)
         return blocks
 
     def _base_s(self, tokens: int, graphed: bool) -> float:

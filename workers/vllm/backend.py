@@ -23,6 +23,7 @@ from autotune.errors import ConfigError, ReplayError
 from autotune.records import ReplayResult
 from autotune.traffic.prompts import prompt_token_ids
 from autotune.traffic.trace import Trace
+from autotune.vocabulary import FailureClass
 from workers.replay import ReplayPlan, run_replay
 from workers.telemetry import GpuMonitor, Watermarks, make_monitor
 from workers.vllm.cpu_affinity import isolate_workers, on_cores
@@ -168,7 +169,7 @@ class VllmBackend(EngineBackend):
             m = self._monitor
             raise ReplayError(f"GPU memory above the abort watermark: {m.peak_pressure:.0%} of the "
                               f"memory the engine did not reserve ({m.reserved_fraction:.0%}) in "
-                              f"use, {m.peak_used_fraction:.0%} in all", "memory_pressure")
+                              f"use, {m.peak_used_fraction:.0%} in all", FailureClass.MEMORY_PRESSURE)
         stats: dict[str, Any] = engine_stats(before, after, kv.peak)
         return ReplayResult(**{**result.__dict__, "engine_stats": stats})
 

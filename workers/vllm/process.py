@@ -18,17 +18,20 @@ import urllib.request
 from pathlib import Path
 
 from autotune.errors import EngineStartError
+from autotune.vocabulary import FailureClass
 
 # Failure signatures in a server log, checked in order; the first match names the class.
-_SIGNATURES: tuple[tuple[str, re.Pattern[str]], ...] = (
+_SIGNATURES: tuple[tuple[FailureClass, re.Pattern[str]], ...] = (
     # Signatures seen from vLLM 0.32 (CPU build) and CUDA builds.
-    ("oom", re.compile(r"out of memory|OutOfMemoryError|No available memory for the cache blocks"
-                       r"|larger than the available KV cache memory"
-                       r"|larger than the maximum number of tokens that can be stored in KV cache"
-                       r"|less than requested memory for kv|Insufficient memory", re.I)),
-    ("invalid_args", re.compile(r"error: unrecognized arguments|error: argument |invalid choice"
-                                r"|ValidationError|ValueError|must be (?:greater|less|at least|a multiple)"
-                                r"|should be (?:greater|less|a multiple)", re.I)),
+    (FailureClass.OOM, re.compile(
+        r"out of memory|OutOfMemoryError|No available memory for the cache blocks"
+        r"|larger than the available KV cache memory"
+        r"|larger than the maximum number of tokens that can be stored in KV cache"
+        r"|less than requested memory for kv|Insufficient memory", re.I)),
+    (FailureClass.INVALID_ARGS, re.compile(
+        r"error: unrecognized arguments|error: argument |invalid choice"
+        r"|ValidationError|ValueError|must be (?:greater|less|at least|a multiple)"
+        r"|should be (?:greater|less|a multiple)", re.I)),
 )
 _PR_SET_PDEATHSIG = 1
 # Run in the engine's process group: when the tuner that started it is gone (its parent changed),
@@ -43,16 +46,16 @@ os.killpg(os.getpgid(0), signal.SIGKILL)
 """
 
 
-def classify_start_failure(exit_code: int | None, log_text: str) -> str:
+def classify_start_failure(exit_code: int | None, log_text: str) -> FailureClass:
     """oom, invalid_args or start_failed, from how the server died and what it logged."""
     for failure_class, pattern in _SIGNATURES:
         if pattern.search(log_text):
             return failure_class
     if exit_code == 2:  # argparse's exit code
-        return "invalid_args"
+        return FailureClass.INVALID_ARGS
     if exit_code is not None and exit_code < 0 and -exit_code == signal.SIGKILL:
-        return "oom"  # the kernel's OOM killer
-    return "start_failed"
+        return FailureClass.OOM  # the kernel's OOM killer
+    return FailureClass.START_FAILED
 
 
 def free_port() -> int:
@@ -152,7 +155,7 @@ class EngineProcess:
             if time.monotonic() - t0 > timeout_s:
                 self.stop()
                 raise EngineStartError(f"engine not healthy after {timeout_s:.0f} s "
-                                       f"(log: {self.log_path})", "start_timeout")
+                                       f"(log: {self.log_path})", FailureClass.START_TIMEOUT)
             time.sleep(0.5)
 
     def _healthy(self) -> bool:
