@@ -134,7 +134,8 @@ class TrialPage(BaseModel):
 class PublishRequest(BaseModel):
     campaign: str = Field(min_length=1, max_length=100)
     trial: int | None = Field(None, ge=0, le=MAX_DB_INT,
-                              description="Default: the campaign's best feasible trial.")
+                              description="Default: the campaign's winner (its confirmed config; "
+                                          "without confirmation, its best feasible trial).")
     period: str | None = Field(None, min_length=1, max_length=20,
                                description="Default: the campaign's name if it is a quarter "
                                            "label like 2026Q4, else this quarter.")

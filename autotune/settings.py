@@ -7,8 +7,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class ApiSettings(BaseModel):
-    host: str = "127.0.0.1"
-    port: int = 8787
+    host: str = "127.0.0.1"  # the address `autotune api` binds (its --host wins)
+    port: int = 8787  # the port `autotune api` listens on (its --port wins)
     # Bearer token (AUTOTUNE_API__TOKEN) for writes. None (or empty) means writes are refused.
     token: str | None = None
     # AUTOTUNE_API__PROTECT_READS=true: reads (GET /v1/..., /metrics) need the token too.
@@ -31,7 +31,9 @@ class EngineSettings(BaseModel):
     python: str | None = None
     # Or a whole command (e.g. ["vllm", "serve"] or a container run); wins over `python`.
     command: list[str] | None = None
+    # Seconds a server may take to answer /health; a slower start fails the trial (start_timeout).
     startup_timeout_s: float = 900.0
+    # Each trial's server log is kept here, to read why an engine failed.
     log_dir: str = "runs/engine-logs"
     # GPU memory watermarks (fraction in use): note, flag, abort the trial (tuning guide).
     memory_watermarks: dict[str, float] = {"warn": 0.85, "flag": 0.90, "abort": 0.95}

@@ -73,7 +73,8 @@ _WRITE = error_docs(400, 401, 403, 404)
 
 @router.post("/{name}/publish", response_model=ConfigResponse, responses=_WRITE)
 def publish(name: Name, body: PublishRequest, session: SessionDep, writer: WriterDep) -> ConfigResponse:
-    """Publish a campaign's best feasible trial (or a given one) as the current config."""
+    """Publish a campaign's winner (or a given trial) as the current config: the confirmed
+    config, or without confirmation the best feasible trial."""
     repo.get_deployment(session, name)
     pub = publish_campaign(session, body.campaign, deployment=name, trial_number=body.trial,
                            period_label=body.period, published_by=body.by or writer, note=body.note)

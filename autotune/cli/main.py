@@ -465,7 +465,8 @@ def publish(
         "--per-path", help="Publish each path's winner of a --per-path campaign as deployment "
                            "DEPLOYMENT.PATH (all or none).")] = False,
 ) -> None:
-    """Publish a campaign's best feasible trial (or a given one) as the deployment's config."""
+    """Publish a campaign's winner (or a given trial) as the deployment's config: the
+    confirmed config, or without confirmation the best feasible trial."""
     import getpass
 
     from autotune.engine_config import EngineConfig
