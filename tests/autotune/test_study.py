@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import optuna
 import pytest
 
@@ -9,7 +11,7 @@ from autotune.deployment import DEMO
 from autotune.executors import InlineExecutor
 from autotune.slo import parse_slo
 from autotune.storage import repo
-from autotune.storage.db import open_database, session_scope
+from autotune.storage.db import open_database, session_scope, upgrade
 from autotune.storage.models import Campaign
 from autotune.study import CampaignRequest, StudyController
 from autotune.traffic.trace import DEMO_TRACE, load_trace
@@ -17,8 +19,6 @@ from autotune.traffic.trace import DEMO_TRACE, load_trace
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, int]:
-    from autotune.storage.db import upgrade
-
     url = f"sqlite:///{tmp_path_factory.mktemp('study') / 'a.db'}"
     upgrade(url)
     request = CampaignRequest(deployment=DEMO, campaign="c1", slo=parse_slo("ttft_p99<=2s,tpot_p99<=50ms"),
@@ -54,6 +54,7 @@ def test_baselines_run_first_and_the_budget_is_kept(finished: tuple[str, int]) -
 def test_rule_breakers_never_reach_an_engine(finished: tuple[str, int]) -> None:
     c = _campaign(*finished)
     rejected = [t for t in c.trials if t.state == "rejected"]
+    assert rejected, "the fixture campaign should hold a rule-rejected trial"
     for t in rejected:
         assert t.failure_class == "rule_violation" and not t.feasible
         assert t.replays == [] and t.worker == {}  # no engine was started
@@ -86,7 +87,9 @@ def test_best_trial_is_feasible_and_constraints_reach_optuna(finished: tuple[str
 
 def test_measured_trials_carry_latency_and_where_they_ran(finished: tuple[str, int]) -> None:
     c = _campaign(*finished)
-    for t in (t for t in c.trials if t.state == "measured"):
+    measured = [t for t in c.trials if t.state == "measured"]
+    assert measured and any(t.feasible for t in measured)
+    for t in measured:
         assert t.latency_recorded_rate is not None and t.replays
         assert t.worker.get("pid") and t.started_at is not None
         if t.feasible:
@@ -94,14 +97,28 @@ def test_measured_trials_carry_latency_and_where_they_ran(finished: tuple[str, i
             assert t.latency["ttft_p99_ms"] <= 2000 and t.latency["tpot_p99_ms"] <= 50
 
 
-def test_repeated_configs_reuse_the_measurement(finished: tuple[str, int]) -> None:
-    c = _campaign(*finished)
+def test_repeated_configs_reuse_the_measurement(tmp_path: Path) -> None:
+    """A space of two configs: the sampler cannot help proposing measured ones again."""
+    space = tmp_path / "two.yaml"
+    space.write_text("name: two\nparameters:\n"
+                     "  max_num_seqs: {type: categorical, choices: [64, 1024]}\n")
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    upgrade(url)
+    request = CampaignRequest(deployment=DEMO, campaign="r", slo=parse_slo("ttft_p99<=2s"),
+                              trace=load_trace(DEMO_TRACE).slice(0, 200), trace_ref="demo",
+                              search_space=str(space), max_trials=6, seed=1)
+    engine = open_database(url)
+    c = _campaign(url, StudyController(engine, url, request, InlineExecutor()).run())
+    engine.dispose()
     by_number = {t.number: t for t in c.trials}
-    for t in c.trials:
-        if t.repeat_of is not None:
-            first = by_number[t.repeat_of]
-            assert t.engine_config == first.engine_config
-            assert t.capacity_output_tok_s == first.capacity_output_tok_s
+    repeats = [t for t in c.trials if t.repeat_of is not None]
+    assert repeats, "two configs, several proposals: some must repeat"
+    for t in repeats:
+        first = by_number[t.repeat_of]
+        assert first.repeat_of is None and first.replays  # the first one ran an engine
+        assert t.engine_config == first.engine_config
+        assert t.capacity_output_tok_s == first.capacity_output_tok_s
+        assert t.gpu_hours == 0  # ... the repeat none
 
 
 def _request(url: str, **overrides: object) -> CampaignRequest:

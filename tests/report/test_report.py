@@ -101,7 +101,9 @@ def test_writes_the_page_and_its_plots(report_dir: Path) -> None:
 
 
 def test_plots_are_real_pngs(report_dir: Path) -> None:
-    for png in report_dir.glob("*.png"):
+    pngs = list(report_dir.glob("*.png"))
+    assert len(pngs) >= 2, pngs  # throughput-latency and capacity by trial, at least
+    for png in pngs:
         raw = png.read_bytes()
         assert raw[:8] == PNG_SIGNATURE, png.name
         assert raw[12:16] == b"IHDR"
@@ -133,6 +135,7 @@ def test_marks_infeasible_trials(report_db: ReportDb, report_dir: Path) -> None:
     assert infeasible, "the fixture campaign should hold an infeasible trial"
     rows = _parse(report_dir / "index.html").rows["trials"]
     header, body = rows[0][1], [r for r in rows[1:] if "data-trial" in r[0]]
+    assert body
     feasible_col = header.index("feasible")
     for attrs, cells in body:
         number = int(attrs["data-trial"])

@@ -31,11 +31,13 @@ time.sleep(60)
 def _group(bind: bool) -> subprocess.Popen[bytes]:
     leader = subprocess.Popen([sys.executable, "-c", _LEADER, "bind" if bind else "free"],
                               start_new_session=True)
+    bound = {frozenset({min(os.sched_getaffinity(0))})}
     deadline = time.monotonic() + 20
-    while len(group_pids(leader.pid)) < 2 or len(os.listdir(f"/proc/{leader.pid}/task")) < 2:
+    # Up when the leader has its child and its thread, and a binding child has bound itself.
+    while (len(group_pids(leader.pid)) < 2 or len(os.listdir(f"/proc/{leader.pid}/task")) < 2
+           or (bind and bound not in _affinities(leader.pid).values())):
         assert time.monotonic() < deadline, "the test's process group did not come up"
         time.sleep(0.05)
-    time.sleep(0.3)  # the child binds itself right after it starts
     return leader
 
 

@@ -49,9 +49,11 @@ def test_start_health_and_stop_take_the_whole_group(tmp_path: Path) -> None:
                            log_path=tmp_path / "e.log")
     assert engine.start(timeout_s=30) < 30
     assert engine.alive() and not port_is_free(port)
-    time.sleep(0.2)
-    children = _pids_in_log(tmp_path / "e.log")
-    assert children and all(_alive(p) for p in children)
+    deadline = time.monotonic() + 10
+    while not (children := _pids_in_log(tmp_path / "e.log")):
+        assert time.monotonic() < deadline, "the server logged no children"
+        time.sleep(0.05)
+    assert all(_alive(p) for p in children)
     engine.stop(grace_s=5)
     assert port_is_free(port)
     assert not any(_alive(p) for p in children)
