@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import scipy.stats
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
@@ -40,16 +41,13 @@ from autotune.vocabulary import NOT_THE_CONFIG, FailureClass, RecordState, Role
 
 log = logging.getLogger("autotune.confirm")
 CONFIDENCE = 0.90
-# One-sided t quantiles t(0.90, df); a df between two entries takes the smaller df's (larger,
-# so more cautious) value; beyond the table, df 30's.
-_T90 = {1: 3.078, 2: 1.886, 3: 1.638, 4: 1.533, 5: 1.476, 6: 1.440, 7: 1.415, 8: 1.397,
-        9: 1.383, 10: 1.372, 12: 1.356, 15: 1.341, 20: 1.325, 30: 1.310}
 
 
 def t90(df: int) -> float:
+    """Student's one-sided t quantile t(CONFIDENCE, df)."""
     if df < 1:
         raise ValueError("a t quantile needs at least one degree of freedom")
-    return _T90[max(d for d in _T90 if d <= df)]
+    return float(scipy.stats.t.ppf(CONFIDENCE, df))
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,10 @@ from autotune.deployment import DeploymentSpec
 from autotune.engine_config import EngineConfig
 from autotune.errors import EngineStartError
 from autotune.space import SIM_UNMODELLED
-from workers.sim.backend import SimulatorBackend, engine_shape
+from workers.sim.backend import SimulatorBackend
 from workers.sim.perf import PerfModel
 from workers.sim.profile import Profile, find_profile
+from workers.sim.shape import engine_shape
 
 H200 = DeploymentSpec(name="h", model="Llama-3.1-8B", gpu="H200-141GB", gpu_count=1,
                       tensor_parallel_size=1, max_model_len=8192)

@@ -13,11 +13,9 @@ from autotune.errors import ConfigError
 from autotune.records import Measurement
 from autotune.step_timings import StepTime
 from autotune.traffic.trace import Trace
-from workers.sim.backend import engine_shape
 from workers.sim.calibrate import (
     FIT_COEFFICIENTS,
     calibrate,
-    nelder_mead,
     predict,
     relative_errors,
     step_pairs_ms,
@@ -25,6 +23,7 @@ from workers.sim.calibrate import (
 )
 from workers.sim.perf import PerfModel
 from workers.sim.profile import Profile, find_profile
+from workers.sim.shape import engine_shape
 
 TINY = DeploymentSpec(name="t", model="tiny-llama", gpu="cpu", gpu_count=1,
                       tensor_parallel_size=1, max_model_len=2048)
@@ -36,12 +35,6 @@ def _trace() -> Trace:
             for t, p, o in zip(np.cumsum(rng.exponential(0.2, 60)), rng.integers(50, 900, 60),
                                rng.integers(16, 96, 60), strict=True)]
     return Trace.from_rows("cal", rows)
-
-
-def test_nelder_mead_finds_a_quadratic_minimum() -> None:
-    x, evals = nelder_mead(lambda v: float(((v - np.array([1.0, -2.0])) ** 2).sum()),
-                           np.zeros(2), max_evals=400, tol=1e-12)
-    assert np.allclose(x, [1.0, -2.0], atol=1e-3) and evals <= 400
 
 
 def test_calibration_recovers_the_profile_that_made_the_measurements() -> None:

@@ -12,10 +12,11 @@ from autotune.errors import EngineStartError
 from autotune.records import ReplayResult
 from autotune.traffic.trace import Trace, load_trace
 from tests.conftest import public_trace
-from workers.sim.backend import SimulatorBackend, engine_shape
+from workers.sim.backend import SimulatorBackend
 from workers.sim.perf import PerfModel, StartFailure
 from workers.sim.profile import find_profile
 from workers.sim.scheduler import simulate
+from workers.sim.shape import engine_shape
 
 TINY = DeploymentSpec(name="t", model="tiny-llama", gpu="cpu", gpu_count=1,
                       tensor_parallel_size=1, max_model_len=256)

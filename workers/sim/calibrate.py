@@ -17,17 +17,20 @@ run-to-run jitter is off while fitting.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
+import scipy.optimize
 
 from autotune.errors import ConfigError, EngineStartError
 from autotune.metrics import summarize
 from autotune.records import LatencySummary, Measurement, ReplayResult
 from autotune.step_timings import StepTime
+from workers.sim.engine import replay, start_perf
 from workers.sim.perf import EngineShape, PerfModel, StartFailure
 from workers.sim.profile import Profile
+from workers.sim.shape import engine_shape
 
 # Coefficients the fit moves; the memory ones come from the hardware, not from timings.
 FIT_COEFFICIENTS = ("cpu_step_s", "cpu_seq_s", "cpu_prefill_token_s", "hbm_efficiency",
@@ -66,15 +69,12 @@ def predict(measurement: Measurement, profile: Profile, *, shape: EngineShape | 
 def simulate(measurement: Measurement, profile: Profile, *, shape: EngineShape | None = None,
              cpu_kvcache_space_gib: float = 1.0) -> ReplayResult | None:
     """The simulator's replay of one measured replay; None if it would not start."""
-    from workers.sim.backend import SimulatorBackend, engine_shape
-
-    backend = SimulatorBackend(cpu_kvcache_space_gib=cpu_kvcache_space_gib)
     try:
-        backend.start_shape(shape or engine_shape(measurement.config, measurement.deployment),
-                            measurement.deployment, profile)
+        perf = start_perf(shape or engine_shape(measurement.config, measurement.deployment),
+                          measurement.deployment, profile, cpu_kvcache_space_gib)
     except EngineStartError:
         return None
-    return backend.replay(measurement.trace, measurement.rate_scale, measurement.seed)
+    return replay(perf, measurement.trace, measurement.rate_scale, measurement.seed)
 
 
 def relative_errors(measurements: Sequence[Measurement], profile: Profile,
@@ -107,8 +107,6 @@ def step_pairs_ms(m: Measurement, profile: Profile, shape: EngineShape | None = 
     no timings of are left out."""
     if not m.step_times:
         return {}
-    from workers.sim.backend import engine_shape
-
     shape = shape or engine_shape(m.config, m.deployment)
     decode = [s for s in m.step_times if not s.prompt_tokens]
     prefill = sorted(usable_prefill_steps(m, shape), key=lambda s: s.prompt_tokens)
@@ -152,8 +150,6 @@ def usable_prefill_steps(m: Measurement, shape: EngineShape) -> list[StepTime]:
 
 def loss_of(measurements: Sequence[Measurement], profile: Profile) -> float:
     """The loss `calibrate` minimises, for one profile as it is (noise off)."""
-    from workers.sim.backend import engine_shape
-
     cases = [_Case(m, engine_shape(m.config, m.deployment)) for m in measurements]
     return _loss(cases, profile.with_coefficients(noise_cv=0.0))
 
@@ -197,8 +193,6 @@ def calibrate(measurements: Sequence[Measurement], base: Profile, *,
     if len(kinds) > 1:
         raise ConfigError("calibration needs measurements of one GPU and model; got "
                           + ", ".join(f"{g}/{m}" for g, m in sorted(kinds)))
-    from workers.sim.backend import engine_shape
-
     quiet = base.with_coefficients(noise_cv=0.0)
     slowdowns = list(slowdowns or [1.0] * len(measurements))
     if len(slowdowns) != len(measurements) or min(slowdowns) <= 0:
@@ -231,7 +225,12 @@ def calibrate(measurements: Sequence[Measurement], base: Profile, *,
         return _loss(cases, profile_at(x))
 
     loss_before = loss(x0)
-    x, evals = nelder_mead(loss, x0, max_evals=max_evals)
+    # Nelder-Mead: the loss is a simulation, with no gradient. The first simplex steps 0.7 in
+    # log space (x2 a coefficient) so that the fit explores past small local wiggles.
+    fit = scipy.optimize.minimize(loss, x0, method="Nelder-Mead", options={
+        "maxfev": max_evals, "initial_simplex": [x0, *(x0 + 0.7 * np.eye(len(x0)))],
+        "xatol": 1e-3, "fatol": 1e-6})
+    x, evals = fit.x, int(fit.nfev)
     loss_after = loss(x)
     fitted = profile_at(x).with_coefficients(noise_cv=base.coefficients.noise_cv)
     before = relative_errors(measurements, quiet, slowdowns=slowdowns)
@@ -246,51 +245,3 @@ def calibrate(measurements: Sequence[Measurement], base: Profile, *,
                           "mean_relative_error_before": before,
                           "mean_relative_error_after": after})
     return fitted, before, after, evals
-
-
-def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, *, max_evals: int = 300,
-                step: float = 0.7, tol: float = 1e-6) -> tuple[np.ndarray, int]:
-    """Minimise f from x0 with the Nelder-Mead simplex (standard coefficients); returns the best
-    point and the number of evaluations."""
-    n = len(x0)
-    simplex = [np.array(x0, dtype=float)] + [x0 + step * np.eye(n)[i] for i in range(n)]
-    values = [f(p) for p in simplex]
-    evals = n + 1
-    while evals < max_evals:
-        order = np.argsort(values)
-        simplex = [simplex[i] for i in order]
-        values = [values[i] for i in order]
-        if abs(values[-1] - values[0]) <= tol * (abs(values[0]) + tol):
-            break
-        centroid = np.mean(simplex[:-1], axis=0)
-        worst = simplex[-1]
-        reflected = centroid + (centroid - worst)
-        fr = f(reflected)
-        evals += 1
-        if fr < values[0]:
-            expanded = centroid + 2 * (centroid - worst)
-            fe = f(expanded)
-            evals += 1
-            simplex[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
-        elif fr < values[-2]:
-            simplex[-1], values[-1] = reflected, fr
-        else:
-            if fr < values[-1]:  # outside contraction, towards the reflected point
-                contracted = centroid + 0.5 * (reflected - centroid)
-                fc = f(contracted)
-                accept = fc <= fr
-            else:  # inside contraction, towards the worst point
-                contracted = centroid + 0.5 * (worst - centroid)
-                fc = f(contracted)
-                accept = fc < values[-1]
-            evals += 1
-            if accept:
-                simplex[-1], values[-1] = contracted, fc
-            else:  # shrink towards the best point
-                best = simplex[0]
-                simplex = [best] + [best + 0.5 * (p - best) for p in simplex[1:]]
-                values = [values[0]] + [f(p) for p in simplex[1:]]
-                evals += n
-    i = int(np.argmin(values))
-    return simplex[i], evals
-

@@ -1,0 +1,42 @@
+"""Starting a simulated engine and replaying a trace against it: what the `sim` backend and the
+calibration share."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autotune.deployment import DeploymentSpec
+from autotune.errors import EngineStartError
+from autotune.records import ReplayResult
+from autotune.traffic.trace import Trace
+from workers.sim.perf import EngineShape, PerfModel, StartFailure
+from workers.sim.profile import Profile
+from workers.sim.scheduler import simulate, simulate_data_parallel
+
+
+def start_perf(shape: EngineShape, deployment: DeploymentSpec, profile: Profile,
+               cpu_kvcache_space_gib: float = 1.0) -> PerfModel:
+    """The engine's memory and step-time model; EngineStartError where vLLM would not start."""
+    try:
+        return PerfModel(deployment.gpu_info, deployment.model_info, shape, profile,
+                         cpu_kvcache_space_gib=cpu_kvcache_space_gib)
+    except StartFailure as exc:
+        raise EngineStartError(f"simulated engine failed to start: {exc}",
+                               exc.failure_class) from None
+
+
+def replay(perf: PerfModel, trace: Trace, rate_scale: float, seed: int,
+           skip_decode_runs: bool = True) -> ReplayResult:
+    """The trace at rate_scale times its recorded rate, on the engine (all its DP ranks)."""
+    arrivals = trace.arrival_s / rate_scale
+    # Bounded like a real replay: whatever has not finished by then counts as failed.
+    horizon = float(arrivals[-1]) + max(600.0, 4 * float(arrivals[-1]))
+    args = (arrivals, trace.prompt_tokens, trace.output_tokens, trace.hash_ids,
+            trace.hash_block_tokens, np.random.default_rng(seed), horizon)
+    ranks = perf.shape.data_parallel_size
+    if ranks == 1:
+        return simulate(perf, *args, skip_decode_runs=skip_decode_runs)
+    # An MoE model's DP ranks share the experts and step together (DEP); a dense model's are
+    # independent engines behind one front end.
+    return simulate_data_parallel(perf, ranks, perf.moe_token_factor > 1, *args,
+                                  skip_decode_runs=skip_decode_runs)
