@@ -26,11 +26,10 @@ the same all-reduce. With data-parallel attention (DEP) each MoE layer gathers t
 ranks' tokens and reduce-scatters the results (vLLM's default all2all backend,
 allgather_reducescatter), priced by a bandwidth/latency model of the GPU's link: the catalogue
 has no measured all-to-all. Under DEP each DP rank is an engine of its own (attention weights
-and KV cache replicated per rank, its own requests) and the ranks step in lockstep: every rank
-runs as many tokens as the largest batch among them (vLLM pads the ranks' batches to the
-largest while CUDA graphs are on), a rank with no work runs a one-token dummy batch, its MoE
-layers serve the tokens of all ranks, and the step lasts as long as the slowest rank's
-(`lockstep_step_s`).
+and KV cache replicated per rank, its own requests) and the ranks step in lockstep: while every
+rank's batch fits a CUDA graph, all run as many tokens as the largest (vLLM pads them), a rank
+with no work runs a one-token dummy batch, the MoE layers serve the tokens of all ranks, and
+the step lasts as long as the slowest rank's (`lockstep_step_s`).
 """
 
 from __future__ import annotations
@@ -116,7 +115,7 @@ class PerfModel:
         self.dense_params = model.total_params_b * 1e9 - self.routed_params
         self.k_over_e = model.experts_per_token / model.num_experts if model.num_experts else 0.0
         # Expert parallelism: experts whole over tp x dp ranks; else split over the TP ranks.
-        # A DP rank's MoE layers serve every rank's tokens (lockstep, balanced ranks).
+        # A DP rank's MoE layers serve every rank's tokens (the ranks step in lockstep).
         self.expert_ranks = tp * shape.data_parallel_size if shape.enable_expert_parallel else tp
         self.moe_token_factor = shape.data_parallel_size if (
             shape.enable_expert_parallel and model.num_experts) else 1
@@ -143,7 +142,7 @@ class PerfModel:
         for size in reversed(self.graphs):
             self._pad[1:size + 1] = [size] * size
         self._uncapped = self.layout.attended_cap_tokens == float("inf")
-        self._base_cache: dict[int, float] = {}
+        self._base_cache: dict[object, float] = {}
         self._regimes: dict[int, tuple[list[float], list[tuple[float, float]]]] = {}
         self._block_cost = c.block_s * model.num_layers
         self._cpu_step, self._cpu_seq, self._cpu_token = (c.cpu_step_s, c.cpu_seq_s,
@@ -197,16 +196,18 @@ class PerfModel:
                 f"than the available KV cache memory ({self.kv_gib:.2f} GiB)", FailureClass.OOM)
         return blocks
 
-    def _base_s(self, tokens: int, graphed: bool) -> float:
+    def _base_s(self, tokens: int, graphed: bool, moe_tokens: int | None = None) -> float:
         """The GPU part of a step's time that depends only on its (padded) token count: linear
-        and MoE layers, all-reduces and kernel launches."""
-        key = tokens * 2 + graphed
+        and MoE layers, all-reduces and kernel launches. moe_tokens: the tokens of all DP ranks
+        that reach the experts (default: every rank padded to `tokens`)."""
+        key: object = tokens * 2 + graphed if moe_tokens is None else (tokens, graphed, moe_tokens)
         cached = self._base_cache.get(key)
         if cached is not None:
             return cached
         m, c = self.model, self.profile.coefficients
         tp, ranks = self.shape.tensor_parallel_size, self.expert_ranks
-        moe_tokens = tokens * self.moe_token_factor  # every DP rank's tokens reach the experts
+        if moe_tokens is None:
+            moe_tokens = tokens * self.moe_token_factor
         touched = 1.0 - (1.0 - self.k_over_e) ** moe_tokens if self.k_over_e else 0.0
         weight_bytes = (self.dense_params * m.dense_bytes_per_param / tp
                         + self.routed_params * touched * m.expert_bytes_per_param / ranks)
@@ -221,7 +222,7 @@ class PerfModel:
             # vLLM's default all2all backend (allgather_reducescatter): before each MoE layer a
             # rank gathers the other DP ranks' tokens (bf16 hidden states), after it
             # reduce-scatters their results back.
-            gathered_bytes = tokens * (dp - 1) * m.hidden_size * 2
+            gathered_bytes = (moe_tokens - tokens) * m.hidden_size * 2
             base += 2 * m.moe_layers * (c.allreduce_latency_s + gathered_bytes / link_bps)
         if tp > 1:  # after attention on every layer, after each MLP (MoE: not under DEP)
             allreduces = 2 * m.num_layers - (m.moe_layers if dep else 0)
@@ -276,26 +277,18 @@ class PerfModel:
                 + self._cpu_token * prefill_tokens)
 
     def lockstep_step_s(self, batches: list[RankBatch | None]) -> float:
-        """One step of DP ranks in lockstep (None: a rank with nothing to run). vLLM pads every
-        rank's batch to the largest one's tokens while CUDA graphs are on
-        (`vllm/v1/worker/dp_utils.py::_synchronize_dp_ranks`; the ranks agree on the lowest
-        graph mode: one rank's prefill takes all of them off full graphs), and a rank without
-        work runs a dummy decode batch of one token (`vllm/v1/worker/gpu_worker.py
-        ::execute_dummy_batch`). So linear and MoE layers and their collectives cost every rank
-        the same (`_base_s` of the padded count: the MoE serves DP times it); attention is each
-        rank's own, and the step lasts as long as the slowest rank's. Eager ranks are not padded
-        in vLLM; pricing them at the largest count too slightly overstates their MoE share."""
-        tokens, uniform_decode = 1, True
-        for b in batches:
-            if b is not None:
-                tokens = max(tokens, b.decode_seqs + b.prefill_tokens)
-                uniform_decode = uniform_decode and b.prefill_tokens == 0
-        graphed = uniform_decode and tokens <= self._graph_max
-        if graphed:
-            tokens = self._pad[tokens]
-        base = self._base_s(tokens, graphed)
+        """One step of DP ranks in lockstep (None: a rank with nothing to run, which runs a
+        dummy decode batch of one token: `vllm/v1/worker/gpu_worker.py::execute_dummy_batch`).
+        Every MoE layer serves all ranks' tokens and the step lasts as long as the slowest
+        rank's; attention is each rank's own. While every rank's batch fits a CUDA graph, vLLM
+        pads them all to the largest (`vllm/v1/worker/dp_utils.py::_synchronize_dp_ranks`:
+        the ranks agree on the lowest graph mode and pad unless it is none); a batch beyond
+        the largest capture size, or eager mode, runs every rank on its own tokens."""
+        tokens = [1 if b is None else b.decode_seqs + b.prefill_tokens for b in batches]
+        uniform_decode = all(b is None or b.prefill_tokens == 0 for b in batches)
+        bases = self._lockstep_bases(tokens, uniform_decode)
         slowest = 0.0
-        for b in batches:
+        for b, base in zip(batches, bases, strict=True):
             if b is None:
                 t = self._dummy_s(base)
             else:
@@ -305,6 +298,16 @@ class PerfModel:
                 t = max(gpu, cpu) if self.overlap_cpu else gpu + cpu
             slowest = max(slowest, t)
         return slowest
+
+    def _lockstep_bases(self, tokens: list[int], uniform_decode: bool) -> list[float]:
+        """Each rank's `_base_s` in a lockstep step whose ranks run `tokens` tokens."""
+        largest = max(tokens)
+        if self.graphs and largest <= self._graph_max:  # padded to the largest
+            if uniform_decode:
+                return [self._base_s(self._pad[largest], True)] * len(tokens)
+            return [self._base_s(largest, False)] * len(tokens)
+        total = sum(tokens)
+        return [self._base_s(t, False, total) for t in tokens]
 
     def _dummy_s(self, base: float) -> float:
         """A rank's dummy batch: no scheduling, one token over a context of one."""
@@ -316,14 +319,11 @@ class PerfModel:
         """The times of `steps` decode-only lockstep steps, as `lockstep_step_s` prices each:
         busy rank i decodes seqs[i] sequences over kv_tokens[i] context tokens in the first
         step (each step adds seqs[i]); idle_ranks ranks run dummy batches."""
-        tokens = max(seqs)
-        graphed = tokens <= self._graph_max
-        if graphed:
-            tokens = self._pad[tokens]
-        base = self._base_s(tokens, graphed)
+        bases = self._lockstep_bases([*seqs, *([1] * idle_ranks)], True)
         lay, j = self.layout, np.arange(steps, dtype=float)
-        slowest = np.full(steps, self._dummy_s(base) if idle_ranks else 0.0)
-        for m, kv0 in zip(seqs, kv_tokens, strict=True):
+        dummy = max((self._dummy_s(b) for b in bases[len(seqs):]), default=0.0)
+        slowest = np.full(steps, dummy)
+        for m, kv0, base in zip(seqs, kv_tokens, bases[:len(seqs)], strict=True):
             kv = kv0 + m * j
             # _attention_s over an array of contexts (no prefill pairs in a decode step).
             attn_bytes = kv * lay.read_bytes_per_token + m * lay.read_fixed_bytes_per_seq
