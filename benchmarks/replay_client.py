@@ -39,9 +39,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.parser import text_string_to_metric_families
 
 import workers.replay as replay
+from autotune.traffic.formats import load_trace
 from autotune.traffic.prompts import prompt_token_ids
 from autotune.traffic.shape import ShapeSpec, shape
-from autotune.traffic.trace import load_trace
 from workers.vllm.metrics import KV_USAGE, kv_usage_in
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -30,7 +30,7 @@ from rich.table import Table
 from autotune.deployment import DeploymentSpec
 from autotune.engine_config import EngineConfig
 from autotune.tiny_model import make_tiny_model
-from autotune.traffic.trace import load_trace
+from autotune.traffic.formats import load_trace
 from workers.vllm.backend import VllmBackend
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +41,7 @@ CHUNK = 16  # vllm bench's --timed-trace-chunk-hash-size default
 OURS = r"""
 import json, sys
 import numpy as np
-from autotune.traffic.trace import load_trace
+from autotune.traffic.formats import load_trace
 from autotune.traffic.prompts import prompt_token_ids
 from workers.replay import ReplayPlan, run_replay
 args = json.loads(sys.argv[1])

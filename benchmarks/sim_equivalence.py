@@ -36,7 +36,8 @@ from autotune.deployment import DEMO, DeploymentSpec
 from autotune.engine_config import EngineConfig
 from autotune.metrics import summarize
 from autotune.records import ReplayResult
-from autotune.traffic.trace import DEMO_TRACE, Trace, load_trace
+from autotune.traffic.formats import load_trace
+from autotune.traffic.trace import DEMO_TRACE, Trace
 from workers.sim import scheduler as current
 from workers.sim.backend import SimulatorBackend
 

@@ -30,7 +30,8 @@ from rich.table import Table
 from autotune.baselines import vllm_defaults
 from autotune.deployment import DEMO
 from autotune.metrics import summarize
-from autotune.traffic.trace import Trace, load_trace
+from autotune.traffic.formats import load_trace
+from autotune.traffic.trace import Trace
 from workers.sim.backend import SimulatorBackend
 
 # Azure 2023 conversation trace (Patel et al., Splitwise, ISCA 2024): 19,366 requests in one

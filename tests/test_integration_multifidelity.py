@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session
 
 from autotune.baselines import BASELINES
 from autotune.storage.models import Campaign, Trial
+from autotune.traffic.formats import load_trace
 from autotune.traffic.synthetic import write_jsonl
-from autotune.traffic.trace import load_trace
 from tests.conftest import engine_python, public_trace, run_cli, vllm_processes
 
 pytestmark = pytest.mark.integration

@@ -14,8 +14,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from autotune.storage.models import Trial
+from autotune.traffic.formats import load_trace
 from autotune.traffic.synthetic import write_jsonl
-from autotune.traffic.trace import load_trace
 from tests.conftest import AUTOTUNE, engine_python, get_json, public_trace, run_cli, vllm_processes
 from workers.vllm.process import free_port
 

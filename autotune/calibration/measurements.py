@@ -20,7 +20,8 @@ from autotune.records import Measurement
 from autotune.step_timings import StepTime, steps_from_json
 from autotune.storage.models import Campaign, Trial
 from autotune.storage.repo import spec_of
-from autotune.traffic.trace import Trace, load_trace
+from autotune.traffic.formats import load_trace
+from autotune.traffic.trace import Trace
 
 OBSERVED = ("output_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms",
             "e2e_p50_ms", "error_rate")

@@ -192,7 +192,8 @@ def tune(
     from autotune.storage import repo
     from autotune.storage.db import session_scope
     from autotune.study import CampaignRequest, StudyController
-    from autotune.traffic.trace import DEMO_TRACE, load_trace
+    from autotune.traffic.formats import load_trace
+    from autotune.traffic.trace import DEMO_TRACE
 
     settings = _settings()
     _setup_logging(settings.log_level)

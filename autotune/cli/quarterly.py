@@ -144,7 +144,7 @@ def _run(*, deployment: str, period: str | None, days: float, trace: Path | None
     from autotune.storage.db import session_scope
     from autotune.storage.models import Campaign
     from autotune.study import CampaignRequest, StudyController
-    from autotune.traffic.trace import load_trace
+    from autotune.traffic.formats import load_trace
 
     settings = _settings()
     _setup_logging(settings.log_level)

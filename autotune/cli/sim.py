@@ -48,7 +48,7 @@ def simulate(
     from autotune.deployment import DeploymentSpec
     from autotune.engine_config import EngineConfig
     from autotune.metrics import summarize
-    from autotune.traffic.trace import load_trace
+    from autotune.traffic.formats import load_trace
 
     if rate_scale <= 0:
         raise ConfigError("--rate-scale must be positive")

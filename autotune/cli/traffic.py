@@ -198,8 +198,8 @@ def traffic_show(
     warm_min_share: WarmShare = 0.01,
 ) -> None:
     """Statistics of a trace: rate, burstiness, length percentiles, prefix sharing, path mix."""
+    from autotune.traffic.formats import load_trace
     from autotune.traffic.stats import trace_stats
-    from autotune.traffic.trace import load_trace
 
     _check_paths(hot_max_tokens, warm_min_share)
     loaded = load_trace(trace)
@@ -242,8 +242,8 @@ def traffic_split(
     warm_min_share: WarmShare = 0.01,
 ) -> None:
     """Write one sub-trace per path (hot / warm / cold; a path without requests gets no file)."""
+    from autotune.traffic.formats import load_trace
     from autotune.traffic.split import PATH_NAMES, split_by_path, write_split
-    from autotune.traffic.trace import load_trace
 
     _check_paths(hot_max_tokens, warm_min_share)
     loaded = load_trace(trace)
@@ -272,9 +272,9 @@ def traffic_shape(
     seed: Annotated[int, typer.Option(help="Sampling seed; equal seeds give equal traces.")] = 0,
 ) -> None:
     """Window, down-sample, rate-scale and length-cap a trace for replay (deterministic)."""
+    from autotune.traffic.formats import load_trace
     from autotune.traffic.parquet_store import write_parquet
     from autotune.traffic.shape import ShapeSpec, shape, time_offset_s
-    from autotune.traffic.trace import load_trace
 
     loaded = load_trace(trace)
     spec = ShapeSpec(start_s=None if start is None else time_offset_s(start, loaded),

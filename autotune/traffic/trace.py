@@ -6,7 +6,7 @@ optional ones: `max_tokens` (what the client asked for), `api` (``chat`` or ``co
 `hash_block_tokens` long; equal ids mean a shared prefix) and the prompt text. An optional
 column that a trace lacks is an empty tuple; a row without a value holds None.
 
-`load_trace` reads every format an importer knows (see `autotune.traffic.formats`), detected by
+`autotune.traffic.formats.load_trace` reads every format an importer knows, detected by
 content: the Parquet store, our JSONL, the capture proxy's log, Azure, Mooncake and BurstGPT.
 """
 
@@ -183,10 +183,3 @@ TRACE_FIELDS = tuple(f.name for f in fields(Trace))
 def file_digest(path: Path) -> str:
     return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
 
-
-def load_trace(path: str | Path) -> Trace:
-    """Load and validate a trace in any format an importer reads, recognised by its content
-    (see `autotune.traffic.formats`)."""
-    from autotune.traffic.formats import read_trace
-
-    return read_trace(Path(path))

@@ -17,7 +17,8 @@ from autotune.settings import Settings
 from autotune.slo import parse_slo
 from autotune.storage.db import open_database, session_scope, upgrade
 from autotune.study import CampaignRequest, StudyController
-from autotune.traffic.trace import DEMO_TRACE, load_trace
+from autotune.traffic.formats import load_trace
+from autotune.traffic.trace import DEMO_TRACE
 
 
 @pytest.fixture(scope="module")

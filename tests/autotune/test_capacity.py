@@ -9,7 +9,8 @@ from autotune.capacity import run_trial
 from autotune.deployment import DEMO
 from autotune.records import CapacitySearch, ReplayResult, TrialSpec
 from autotune.slo import parse_slo
-from autotune.traffic.trace import DEMO_TRACE, Trace, load_trace
+from autotune.traffic.formats import load_trace
+from autotune.traffic.trace import DEMO_TRACE, Trace
 from workers.sim.backend import SimulatorBackend
 
 

@@ -27,7 +27,8 @@ from autotune.storage import repo
 from autotune.storage.db import open_database, session_scope
 from autotune.storage.models import Campaign, Trial
 from autotune.study import CampaignRequest, StudyController
-from autotune.traffic.trace import DEMO_TRACE, load_trace
+from autotune.traffic.formats import load_trace
+from autotune.traffic.trace import DEMO_TRACE
 
 SMALL = DeploymentSpec(name="llama", model="Llama-3.1-8B", gpu="H100-80GB", gpu_count=1,
                        tensor_parallel_size=1, max_model_len=8192)

@@ -19,7 +19,8 @@ from autotune.slo import parse_slo
 from autotune.storage.db import open_database, session_scope
 from autotune.storage.models import Campaign
 from autotune.study import CampaignRequest, StudyController, TrialRecord
-from autotune.traffic.trace import DEMO_TRACE, load_trace
+from autotune.traffic.formats import load_trace
+from autotune.traffic.trace import DEMO_TRACE
 from tests.campaign_checks import check_complete
 
 SMALL = DeploymentSpec(name="llama", model="Llama-3.1-8B", gpu="H100-80GB", gpu_count=1,

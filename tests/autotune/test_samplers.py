@@ -26,7 +26,8 @@ from autotune.space import deployment_space
 from autotune.storage.db import open_database, session_scope
 from autotune.storage.models import Campaign
 from autotune.study import CampaignRequest, StudyController
-from autotune.traffic.trace import DEMO_TRACE, load_trace
+from autotune.traffic.formats import load_trace
+from autotune.traffic.trace import DEMO_TRACE
 from tests.conftest import run_cli
 
 TINY = load_trace(DEMO_TRACE).slice(0, 120)

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from autotune.errors import TraceError
+from autotune.traffic.formats import load_trace
 from autotune.traffic.stats import paths, prefix_share_ratio, trace_stats
-from autotune.traffic.trace import Trace, load_trace
+from autotune.traffic.trace import Trace
 from tests.conftest import public_trace, run_cli
 
 

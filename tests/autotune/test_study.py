@@ -14,7 +14,8 @@ from autotune.storage import repo
 from autotune.storage.db import open_database, session_scope, upgrade
 from autotune.storage.models import Campaign
 from autotune.study import CampaignRequest, StudyController
-from autotune.traffic.trace import DEMO_TRACE, load_trace
+from autotune.traffic.formats import load_trace
+from autotune.traffic.trace import DEMO_TRACE
 
 
 @pytest.fixture(scope="module")

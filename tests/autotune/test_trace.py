@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import TraceError
+from autotune.traffic.formats import load_trace
 from autotune.traffic.synthetic import chat_trace_rows, write_jsonl
-from autotune.traffic.trace import DEMO_TRACE, file_digest, load_trace
+from autotune.traffic.trace import DEMO_TRACE, file_digest
 from tests.conftest import public_trace
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from autotune.capture.hashing import block_hashes, hash_key
-from autotune.traffic.trace import load_trace
+from autotune.traffic.formats import load_trace
 from tests.capture.fake_upstream import FINGERPRINT, FakeUpstream, word_ids
 from tests.capture.helpers import records, rig
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from autotune.capture.recorder import Recorder
 from autotune.traffic.capture_format import CaptureRecord
-from autotune.traffic.trace import load_trace
+from autotune.traffic.formats import load_trace
 
 
 def _record(i: int) -> CaptureRecord:

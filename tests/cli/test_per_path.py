@@ -21,7 +21,8 @@ from autotune.storage import repo
 from autotune.storage.db import open_database, session_scope
 from autotune.storage.models import Campaign, Publication, Trial
 from autotune.study import comparisons
-from autotune.traffic.trace import DEMO_TRACE, load_trace
+from autotune.traffic.formats import load_trace
+from autotune.traffic.trace import DEMO_TRACE
 from autotune.vocabulary import Role
 from tests.conftest import run_cli
 

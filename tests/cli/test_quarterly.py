@@ -18,9 +18,10 @@ from autotune.budget import Budget
 from autotune.settings import Settings
 from autotune.storage.db import open_database, session_scope
 from autotune.storage.models import Campaign, Publication, Trial
+from autotune.traffic.formats import load_trace
 from autotune.traffic.parquet_store import write_parquet
 from autotune.traffic.shape import ShapeSpec, shape
-from autotune.traffic.trace import DEMO_TRACE, load_trace
+from autotune.traffic.trace import DEMO_TRACE
 from tests.conftest import AUTOTUNE, run_cli
 
 DAY_S = 86_400.0

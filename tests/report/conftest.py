@@ -29,7 +29,8 @@ def run_campaign(url: str, campaign: str, trials: int) -> int:
     from autotune.slo import parse_slo
     from autotune.storage.db import open_database
     from autotune.study import CampaignRequest, StudyController
-    from autotune.traffic.trace import DEMO_TRACE, load_trace
+    from autotune.traffic.formats import load_trace
+    from autotune.traffic.trace import DEMO_TRACE
 
     engine = open_database(url)
     try:

@@ -11,8 +11,9 @@ import pytest
 
 from autotune.errors import TraceError
 from autotune.traffic import parquet_store
+from autotune.traffic.formats import load_trace
 from autotune.traffic.parquet_store import KEY_BLOCK, KEY_VERSION, read_parquet, write_parquet
-from autotune.traffic.trace import Trace, load_trace
+from autotune.traffic.trace import Trace
 
 
 def _trace() -> Trace:

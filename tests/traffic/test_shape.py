@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from autotune.errors import ConfigError
+from autotune.traffic.formats import load_trace
 from autotune.traffic.parquet_store import read_parquet
 from autotune.traffic.shape import DAY_S, ShapeSpec, shape, time_offset_s
-from autotune.traffic.trace import Trace, load_trace
+from autotune.traffic.trace import Trace
 from tests.conftest import public_trace, run_cli
 
 

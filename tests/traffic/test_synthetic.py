@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from autotune.traffic.formats import load_trace
 from autotune.traffic.synthetic import chat_trace_rows
-from autotune.traffic.trace import DEMO_TRACE, load_trace
+from autotune.traffic.trace import DEMO_TRACE
 from tests.conftest import run_cli
 
 

@@ -10,7 +10,8 @@ from autotune.engine_config import EngineConfig
 from autotune.errors import EngineStartError
 from autotune.metrics import summarize
 from autotune.records import LatencySummary
-from autotune.traffic.trace import DEMO_TRACE, Trace, load_trace
+from autotune.traffic.formats import load_trace
+from autotune.traffic.trace import DEMO_TRACE, Trace
 from workers.sim.backend import SimulatorBackend
 
 L40S = DeploymentSpec(name="l", model="Llama-3.1-8B", gpu="L40S", gpu_count=1,

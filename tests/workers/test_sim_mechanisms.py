@@ -10,7 +10,8 @@ from autotune.deployment import DEMO, DeploymentSpec
 from autotune.engine_config import EngineConfig
 from autotune.errors import EngineStartError
 from autotune.records import ReplayResult
-from autotune.traffic.trace import Trace, load_trace
+from autotune.traffic.formats import load_trace
+from autotune.traffic.trace import Trace
 from tests.conftest import public_trace
 from workers.sim.backend import SimulatorBackend
 from workers.sim.perf import PerfModel, StartFailure

@@ -12,7 +12,8 @@ from autotune.deployment import DEMO, DeploymentSpec
 from autotune.errors import EngineStartError
 from autotune.metrics import summarize
 from autotune.records import ReplayResult
-from autotune.traffic.trace import DEMO_TRACE, Trace, load_trace
+from autotune.traffic.formats import load_trace
+from autotune.traffic.trace import DEMO_TRACE, Trace
 from workers.sim.backend import SimulatorBackend
 from workers.sim.perf import PerfModel, RankBatch
 from workers.sim.scheduler import simulate, simulate_data_parallel

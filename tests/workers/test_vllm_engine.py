@@ -12,7 +12,8 @@ from autotune.engine_config import EngineConfig
 from autotune.errors import EngineStartError
 from autotune.metrics import summarize
 from autotune.tiny_model import make_tiny_model
-from autotune.traffic.trace import Trace, load_trace
+from autotune.traffic.formats import load_trace
+from autotune.traffic.trace import Trace
 from tests.conftest import engine_python, public_trace, vllm_processes
 from workers.vllm.backend import VllmBackend
 from workers.vllm.metrics import KV_USAGE, kv_usage, scrape

@@ -17,7 +17,7 @@ from autotune.deployment import DeploymentSpec
 from autotune.engine_config import EngineConfig
 from autotune.metrics import summarize
 from autotune.tiny_model import make_tiny_model
-from autotune.traffic.trace import load_trace
+from autotune.traffic.formats import load_trace
 from tests.conftest import public_trace, vllm_processes
 from workers.vllm.backend import VllmBackend
 

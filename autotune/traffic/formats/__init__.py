@@ -110,5 +110,10 @@ def import_file(path: Path, fmt: str = "auto", *, model: str | None = None,
     return Imported(trace, fmt, tuple(notes))
 
 
+def load_trace(path: str | Path) -> Trace:
+    """Load and validate a trace in any format an importer reads, recognised by its content."""
+    return read_trace(Path(path))
+
+
 def read_trace(path: Path) -> Trace:
     return import_file(path).trace
