@@ -4,7 +4,7 @@
 and how to fix it.
 
     AutotuneError subclass    its class name (NotFoundError 404, ConfigError 400,
-                              StorageError 503, any other 500)
+                              StorageError and InfrastructureError 503, any other 500)
     ApiError / HTTPException  the status phrase in CamelCase: NotFound, MethodNotAllowed,
                               Unauthorized, Forbidden, ... (headers such as Allow kept)
     RequestValidationError    ValidationError, 422, every bad field named in the message
@@ -24,7 +24,13 @@ from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from autotune.errors import AutotuneError, ConfigError, NotFoundError, StorageError
+from autotune.errors import (
+    AutotuneError,
+    ConfigError,
+    InfrastructureError,
+    NotFoundError,
+    StorageError,
+)
 
 log = logging.getLogger("autotune.api")
 
@@ -53,7 +59,7 @@ def autotune_status(exc: AutotuneError) -> int:
         return 404
     if isinstance(exc, ConfigError):
         return 400
-    if isinstance(exc, StorageError):
+    if isinstance(exc, StorageError | InfrastructureError):
         return 503
     return 500
 

@@ -1,12 +1,13 @@
 """The one error tree of autotune.
 
-Every message says what was wrong and how to fix it; the CLI prints it as one line and exits 2,
-the API turns it into one JSON error shape.
+Every message says what was wrong and how to fix it; the CLI prints it as one line and exits
+with the error's `exit_code` (2: bad input; 5: the infrastructure failed), the API turns it into
+one JSON error shape.
 
     AutotuneError
     ├── ConfigError          bad flag, setting or SLO string
-    │   ├── CampaignBusyError    another live job runs the campaign
-    │   └── InfrastructureError  the workers or the cluster fail, not the configs
+    │   └── CampaignBusyError    another live job runs the campaign
+    ├── InfrastructureError  the workers or the cluster fail, not the configs (exit 5)
     ├── SearchSpaceError     unknown parameter, bad rule, malformed space file
     ├── TraceError           missing or malformed trace
     ├── StorageError         database unreachable or not migrated
@@ -24,6 +25,8 @@ from autotune.vocabulary import FailureClass
 class AutotuneError(Exception):
     """Root of every error autotune raises on purpose."""
 
+    exit_code = 2  # the CLI's: bad input, nothing was done
+
 
 class ConfigError(AutotuneError):
     pass
@@ -33,9 +36,11 @@ class CampaignBusyError(ConfigError):
     """Another live job holds the campaign's lease (`autotune quarterly` exits 3)."""
 
 
-class InfrastructureError(ConfigError):
-    """The cluster or the workers failed, not a config (`autotune quarterly` exits 5). A
-    ConfigError for the other commands, which exit 2 on any error."""
+class InfrastructureError(AutotuneError):
+    """The cluster or the workers failed, not a config or the user's input: retry when it is
+    back (a campaign resumes where it stopped)."""
+
+    exit_code = 5
 
 
 class SearchSpaceError(AutotuneError):

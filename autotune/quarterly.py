@@ -27,14 +27,15 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from autotune.errors import ConfigError
+from autotune.errors import AutotuneError, ConfigError, InfrastructureError
 from autotune.publish import quarter_label
 from autotune.storage import repo
 from autotune.storage.models import Campaign, Confirmation, Deployment, Trial
 from autotune.study import Reference
 from autotune.vocabulary import Role
 
-EXIT_OK, EXIT_BAD_INPUT, EXIT_BUSY, EXIT_NO_FEASIBLE, EXIT_INFRA = 0, 2, 3, 4, 5
+EXIT_OK, EXIT_BUSY, EXIT_NO_FEASIBLE = 0, 3, 4
+EXIT_BAD_INPUT, EXIT_INFRA = AutotuneError.exit_code, InfrastructureError.exit_code
 PUBLISHED, KEPT, NO_FEASIBLE = "published", "kept_incumbent", "no_feasible"
 INCUMBENT, WARM_START = Role.INCUMBENT, Role.WARM_START
 WARM_STARTS = 3  # best configs of the previous campaign enqueued besides its winner

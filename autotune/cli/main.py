@@ -604,7 +604,7 @@ def main(argv: list[str] | None = None) -> int:
         return result if isinstance(result, int) else 0
     except AutotuneError as exc:
         err.print(f"autotune: error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        return 2
+        return exc.exit_code
     except typer.Exit as exc:
         return int(exc.exit_code)
     except typer.Abort:

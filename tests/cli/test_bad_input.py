@@ -144,3 +144,13 @@ def test_bad_setting_names_the_variable(env: dict[str, str], fragment: str) -> N
     proc = run_cli("api", env=env)
     _assert_one_line_error(proc, fragment)
     assert "errors.pydantic.dev" not in proc.stderr
+
+
+def test_an_unreachable_ray_cluster_is_the_infrastructure_exit_5(migrated_sqlite: str) -> None:
+    """Not bad input: the scheduler should retry, not page someone to fix a flag."""
+    proc = run_cli("tune", *FAST, "--executor", "ray", "--ray-address", "127.0.0.1:1",
+                   env={"AUTOTUNE_DATABASE_URL": migrated_sqlite}, timeout=180)
+    assert proc.returncode == 5, proc.stderr
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "cannot reach the Ray cluster" in lines[0], proc.stderr
+    assert _rows(migrated_sqlite)["autotune_campaigns"] == 0
