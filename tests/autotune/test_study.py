@@ -187,11 +187,11 @@ def test_a_lost_worker_is_retried_once_and_the_trial_counts_once(migrated_sqlite
 
 
 def test_repeated_infrastructure_failures_stop_the_campaign(migrated_sqlite: str) -> None:
-    from autotune.errors import ConfigError
+    from autotune.errors import InfrastructureError
 
     engine = open_database(migrated_sqlite)
     workers = _FlakyWorkers(lose=set(range(100)), always=True)
-    with pytest.raises(ConfigError, match="3 trials in a row failed in the workers"):
+    with pytest.raises(InfrastructureError, match="3 trials in a row failed in the workers"):
         StudyController(engine, migrated_sqlite, _request(migrated_sqlite), workers).run()
     engine.dispose()
 
