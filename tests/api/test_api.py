@@ -20,6 +20,8 @@ from autotune.study import CampaignRequest, StudyController
 from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import DEMO_TRACE
 
+pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
+
 
 @pytest.fixture(scope="module")
 def db_url(tmp_path_factory: pytest.TempPathFactory) -> str:

@@ -13,6 +13,8 @@ from api.deps import token_matches
 from autotune.settings import Settings
 from tests.api.seed import Seeded, seed_database
 
+pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
+
 READS = ["/v1/deployments/demo/config", "/v1/deployments/demo/config?format=yaml",
          "/v1/deployments/demo/history", "/v1/campaigns", "/v1/campaigns/1",
          "/v1/campaigns/1/trials", "/metrics"]

@@ -15,6 +15,8 @@ from autotune.errors import ConfigError, TraceError
 from autotune.settings import Settings
 from tests.api.seed import Seeded, seed_database
 
+pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
+
 
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> Seeded:

@@ -26,6 +26,8 @@ from api.app import create_app
 from autotune.settings import Settings
 from tests.api.seed import seed_database
 
+pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
+
 AUTH = {"Authorization": "Bearer s3cret"}
 
 

@@ -23,6 +23,8 @@ from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import DEMO_TRACE
 from tests.campaign_checks import check_complete
 
+pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
+
 SMALL = DeploymentSpec(name="llama", model="Llama-3.1-8B", gpu="H100-80GB", gpu_count=1,
                        tensor_parallel_size=1, max_model_len=8192)
 

@@ -30,6 +30,8 @@ from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import DEMO_TRACE
 from tests.conftest import run_cli
 
+pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
+
 TINY = load_trace(DEMO_TRACE).slice(0, 120)
 EXPECTED = {"tpe": optuna.samplers.TPESampler, "gp": optuna.samplers.GPSampler,
             "random": optuna.samplers.RandomSampler, "grid": optuna.samplers.GridSampler}

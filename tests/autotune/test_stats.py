@@ -16,6 +16,8 @@ from autotune.traffic.stats import paths, prefix_share_ratio, trace_stats
 from autotune.traffic.trace import Trace
 from tests.conftest import public_trace, run_cli
 
+pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
+
 
 def test_mooncake_trace_against_its_raw_rows() -> None:
     path = public_trace("mooncake_synthetic.jsonl")

@@ -17,6 +17,8 @@ from autotune.study import CampaignRequest, StudyController
 from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import DEMO_TRACE
 
+pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
+
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, int]:

@@ -22,6 +22,8 @@ from tests.capture.fake_upstream import FakeUpstream
 from tests.capture.helpers import serving
 from tests.conftest import AUTOTUNE, ROOT, run_cli
 
+pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
+
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[str]:

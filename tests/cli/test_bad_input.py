@@ -9,6 +9,8 @@ import sqlalchemy as sa
 
 from tests.conftest import run_cli
 
+pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
+
 FAST = ["--trials", "3"]
 
 

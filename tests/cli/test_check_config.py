@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from tests.conftest import run_cli
 
+pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
 V4 = ["--model", "DeepSeek-V4-Flash", "--gpu", "H200-141GB", "--gpus", "8"]
 
 # What `make tune` published for DeepSeek-V4-Flash on 8xH200 before the rules knew the model

@@ -10,6 +10,8 @@ import pytest
 from tests.cli.test_bad_input import FAST, _assert_one_line_error, _rows
 from tests.conftest import run_cli
 
+pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
+
 
 @pytest.mark.parametrize("args, fragment", [
     (["--screen", "vllm", "--confirm", "vllm"],

@@ -26,6 +26,8 @@ from autotune.traffic.trace import DEMO_TRACE
 from autotune.vocabulary import Role
 from tests.conftest import run_cli
 
+pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
+
 FAST = ["--trials", "3", "--confirm-top", "1", "--confirm-repeats", "2", "--max-scale", "16"]
 TUNE = ["tune", "--campaign", "c1", *FAST, "--per-path", "--slo-hot", "ttft_p99<=1s,tpot_p99<=50ms"]
 

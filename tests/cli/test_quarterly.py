@@ -24,6 +24,8 @@ from autotune.traffic.shape import ShapeSpec, shape
 from autotune.traffic.trace import DEMO_TRACE
 from tests.conftest import AUTOTUNE, run_cli
 
+pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
+
 DAY_S = 86_400.0
 DEP = ["--deployment", "llama"]
 # Small and fast: 3 trials, one config confirmed besides the incumbent, two seeds each.

@@ -12,6 +12,8 @@ import pytest
 from tests.conftest import AUTOTUNE, get_json, run_cli
 from workers.vllm.process import free_port
 
+pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
+
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, int]]:

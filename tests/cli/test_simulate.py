@@ -11,6 +11,8 @@ from autotune.records import LatencySummary
 from autotune.traffic.trace import DEMO_TRACE
 from tests.conftest import public_trace, run_cli
 
+pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
+
 
 def test_simulate_prints_one_json_summary_with_a_trials_fields() -> None:
     proc = run_cli("simulate", "--trace", str(DEMO_TRACE), "--model", "Llama-3.1-8B", "--gpu",

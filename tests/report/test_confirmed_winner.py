@@ -23,6 +23,8 @@ from tests.conftest import run_cli
 from tests.report.conftest import run_campaign
 from tests.report.test_report import _parse
 
+pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
+
 NOISY = (1.0, 0.0, 0.0)  # the search's best config, re-run: lucky once, then missed the SLO
 STEADY = (0.97, 0.98, 0.96)  # the runner-up, re-run: what it measured, give or take
 

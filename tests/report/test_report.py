@@ -19,6 +19,8 @@ from autotune.storage.models import Campaign
 from tests.conftest import run_cli
 from tests.report.conftest import HOSTILE_MESSAGE, ReportDb
 
+pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
+
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 

@@ -14,6 +14,8 @@ from autotune.traffic.shape import DAY_S, ShapeSpec, shape, time_offset_s
 from autotune.traffic.trace import Trace
 from tests.conftest import public_trace, run_cli
 
+pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
+
 
 def _ramp(n: int = 2000) -> Trace:
     """Arrivals whose rate doubles half-way: 1/s for 1000 s, then 2/s for 500 s."""

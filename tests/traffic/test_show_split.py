@@ -15,6 +15,8 @@ from autotune.traffic.stats import paths
 from autotune.traffic.trace import Trace
 from tests.conftest import public_trace, run_cli
 
+pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
+
 
 def test_show_json_against_raw_rows_and_plot(tmp_path: Path) -> None:
     src = public_trace("mooncake_synthetic.jsonl")

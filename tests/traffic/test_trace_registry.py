@@ -22,6 +22,8 @@ from autotune.storage.models import Campaign, TraceFile
 from autotune.traffic.trace import DEMO_TRACE, Trace, file_digest
 from tests.conftest import run_cli
 
+pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
+
 DAY_S = 86_400.0
 SPEC = DeploymentSpec(name="llama", model="Llama-3.1-8B", gpu="H100-80GB", gpu_count=1,
                       tensor_parallel_size=1, max_model_len=8192)

@@ -20,6 +20,8 @@ from aiohttp import web
 from autotune.metrics import summarize
 from workers.replay import ReplayPlan, _no_gc_pauses, run_replay
 
+pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
+
 GAP_S = 0.02
 
 

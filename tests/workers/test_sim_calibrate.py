@@ -25,6 +25,8 @@ from workers.sim.perf import PerfModel
 from workers.sim.profile import Profile, find_profile
 from workers.sim.shape import engine_shape
 
+pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
+
 TINY = DeploymentSpec(name="t", model="tiny-llama", gpu="cpu", gpu_count=1,
                       tensor_parallel_size=1, max_model_len=2048)
 
