@@ -20,14 +20,20 @@ import os
 import socket
 from typing import Any
 
-import ray
-from ray._private import ray_constants
-from ray.exceptions import RayActorError, RayError
-
 from autotune.errors import ConfigError, InfrastructureError
 from autotune.executors import Executor, execute_trial
 from autotune.records import TrialOutcome, TrialSpec
 from autotune.vocabulary import FailureClass
+
+try:
+    import ray
+    from ray._private import ray_constants
+    from ray.exceptions import RayActorError, RayError
+except ModuleNotFoundError as exc:  # Ray is the `ray` extra; a Ray broken inside still raises
+    if exc.name != "ray":
+        raise
+    raise ConfigError("the ray executor (--executor ray, --ray-address, AUTOTUNE_RAY_ADDRESS) "
+                      "needs Ray, which is not installed: pip install 'autotune[ray]'") from None
 
 log = logging.getLogger("autotune.executors.ray")
 

@@ -208,6 +208,15 @@ def tune(
     if max_scale < 1 or bisect_steps < 0:
         raise ConfigError("--max-scale must be at least 1 and --bisect-steps at least 0")
     backend, screen_plan = fidelities(backend, screen, confirm, screen_top)
+    # An unknown executor, or one whose package is missing (Ray), is refused before anything is
+    # printed.
+    exec_options: dict[str, object] = {}
+    if executor == "ray":
+        # Logical GPUs only stand in for real ones when no real engine needs them.
+        exec_options = {"address": ray_address or settings.ray_address,
+                        "logical_gpus": backend == "sim",
+                        "logical_gpu_count": settings.ray_logical_gpus}
+    load_executor(executor, **exec_options)
     backend_options = _backend_options(backend, settings, model_path, engine_arg or [],
                                        flag="--confirm" if screen_plan else "--backend")
     screening = None
@@ -237,13 +246,6 @@ def tune(
                               f"{','.join(groups)} (warm is folded into cold)")
     trace_path = trace or DEMO_TRACE
     loaded = load_trace(trace_path)
-    exec_options: dict[str, object] = {}
-    if executor == "ray":
-        # Logical GPUs only stand in for real ones when no real engine needs them.
-        exec_options = {"address": ray_address or settings.ray_address,
-                        "logical_gpus": backend == "sim",
-                        "logical_gpu_count": settings.ray_logical_gpus}
-    load_executor(executor, **exec_options)  # refuse an unknown executor now
     from autotune.backends import available_backends
 
     if backend not in available_backends():

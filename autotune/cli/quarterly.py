@@ -195,6 +195,12 @@ def _run(*, deployment: str, period: str | None, days: float, trace: Path | None
         raise ConfigError(f"unknown backend {backend_name!r}; available: "
                           f"{', '.join(available_backends())}")
     backend_options = _backend_options(backend_name, settings, model_path, engine_arg)
+    # Before the trace is read: a missing Ray is one line, not one after the traffic summary.
+    address = ray_address or settings.ray_address
+    executor = "ray" if address else "inline"
+    runner = load_executor(executor, **({"address": address, "logical_gpus": backend_name == "sim",
+                                         "logical_gpu_count": settings.ray_logical_gpus}
+                                        if address else {}))
     trace_path = trace or (Path(str(defaults["trace"])) if defaults["trace"] else None)
     if trace_path is None or not trace_path.exists():
         raise ConfigError(f"no trace for deployment {deployment!r}"
@@ -202,11 +208,6 @@ def _run(*, deployment: str, period: str | None, days: float, trace: Path | None
                           + "; give --trace FILE")
     traffic = _window(load_trace(trace_path), days, err)
     space_name = space_name_for(spec, str(defaults["space"]) if defaults["space"] else None)
-    address = ray_address or settings.ray_address
-    executor = "ray" if address else "inline"
-    runner = load_executor(executor, **({"address": address, "logical_gpus": backend_name == "sim",
-                                         "logical_gpu_count": settings.ray_logical_gpus}
-                                        if address else {}))
     request = CampaignRequest(
         deployment=spec, campaign=run.campaign, slo=slo_parsed, trace=traffic,
         trace_ref=str(trace_path.resolve()), backend=backend_name, executor=executor,
