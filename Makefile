@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # The vLLM CPU build lives in its own venv: it pins torch and fastapi versions of its own.
 ENGINE_VENV := .venv-engine
 
-.PHONY: tune test test-wheel test-py312 test-py313 install dev engine-venv lint clean
+.PHONY: tune test test-fast test-wheel test-py312 test-py313 install dev engine-venv lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,12 @@ test-wheel: $(BIN)/python
 	    cat no-ray.err; exit 1; fi; \
 	echo "test-wheel: the wheel installs and runs"
 
+# The fast tier: no Ray, real engines, PostgreSQL, GPUs, CLI processes or whole campaigns.
+FAST_TIER := not integration and not gpu and not e2e
+
+test-fast: dev
+	$(BIN)/pytest -q -m "$(FAST_TIER)"
+
 # The fast tier on the other Pythons pyproject allows, each in a fresh venv outside the tree.
 # The tests run from the tree (some read deploy/ and pyproject.toml), so they import it: the
 # install is editable, so that the CLI they start does too. The interpreter is pyenv's
@@ -79,7 +85,7 @@ define test_python
 	set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	"$$py" -m venv "$$tmp/venv"; \
 	"$$tmp/venv/bin/pip" install -q -e '.[dev]'; \
-	"$$tmp/venv/bin/python" -m pytest -q -m "not integration and not gpu"
+	"$$tmp/venv/bin/python" -m pytest -q -m "$(FAST_TIER)"
 endef
 
 test-py312:
