@@ -37,7 +37,6 @@ from autotune.vocabulary import Role
 EXIT_OK, EXIT_BUSY, EXIT_NO_FEASIBLE = 0, 3, 4
 EXIT_BAD_INPUT, EXIT_INFRA = AutotuneError.exit_code, InfrastructureError.exit_code
 PUBLISHED, KEPT, NO_FEASIBLE = "published", "kept_incumbent", "no_feasible"
-INCUMBENT, WARM_START = Role.INCUMBENT, Role.WARM_START
 WARM_STARTS = 3  # best configs of the previous campaign enqueued besides its winner
 _PERIOD = re.compile(r"\d{4}Q[1-4]")
 
@@ -95,7 +94,7 @@ def references(session: Session, deployment: Deployment, campaign: str) -> tuple
 
     pubs = repo.publications(session, deployment)
     if pubs:
-        add(INCUMBENT, INCUMBENT, pubs[0].engine_config)
+        add(Role.INCUMBENT, Role.INCUMBENT, pubs[0].engine_config)
     earlier = [c for c in session.scalars(select(Campaign).where(
         Campaign.deployment_id == deployment.id, Campaign.status == "completed",
         Campaign.name != campaign).order_by(Campaign.id.desc()))]
@@ -103,11 +102,11 @@ def references(session: Session, deployment: Deployment, campaign: str) -> tuple
         prev = earlier[0]
         winner = repo.choose_winner(prev).trial
         if winner is not None:
-            add(f"{prev.name}:winner", WARM_START, winner.engine_config)
+            add(f"{prev.name}:winner", Role.WARM_START, winner.engine_config)
         best = sorted((t for t in repo.measured_trials(prev) if t.feasible and t.repeat_of is None),
                       key=lambda t: -t.capacity_output_tok_s)
         for t in best[:WARM_STARTS]:
-            add(f"{prev.name}:trial{t.number}", WARM_START, t.engine_config)
+            add(f"{prev.name}:trial{t.number}", Role.WARM_START, t.engine_config)
     return tuple(refs)
 
 
@@ -124,7 +123,7 @@ class Decision:
 
 
 def _incumbent(campaign: Campaign) -> tuple[Trial | None, Confirmation | None]:
-    trial = next((t for t in repo.measured_trials(campaign) if t.role == INCUMBENT), None)
+    trial = next((t for t in repo.measured_trials(campaign) if t.role == Role.INCUMBENT), None)
     if trial is None:
         return None, None
     conf = next((c for c in campaign.confirmations

@@ -178,6 +178,13 @@ class _Rank:
             self.free += self.cache.release(h)
         r.private, r.shared, r.shared_blocks, r.cap = 0, [], 0.0, 0.0
 
+    def _finish(self, r: _Req, clock: float) -> None:
+        """r's last token came at `clock`: its blocks go back (cached ones stay cached)."""
+        r.done_s = clock
+        r.running = False
+        self._release(r)
+        self.finished += 1
+
     def _preempt(self, victim: _Req) -> None:
         """Recompute: victim (already taken off `running`) goes back to the front of the queue."""
         victim.running = False
@@ -343,11 +350,8 @@ class _Rank:
                 r.generated = generated = r.generated + 1
                 left = r.target - generated
                 if left <= 0:
-                    r.done_s = clock
-                    r.running = False
+                    self._finish(r, clock)
                     any_done = True
-                    self._release(r)
-                    self.finished += 1
                     kv -= computed
                 elif left < k:
                     k = left
@@ -366,11 +370,8 @@ class _Rank:
             r.generated = generated = r.generated + 1
             left = r.target - generated
             if left <= 0:
-                r.done_s = clock
-                r.running = False
+                self._finish(r, clock)
                 any_done = True
-                self._release(r)
-                self.finished += 1
             else:
                 if left < k:
                     k = left
@@ -420,11 +421,8 @@ class _Rank:
                 self._after_alloc()
             left = r.target - generated
             if left <= 0:
-                r.done_s = clock
-                r.running = False
+                self._finish(r, clock)
                 any_done = True
-                self._release(r)
-                self.finished += 1
                 kv -= computed
             elif left < k:
                 k = left
