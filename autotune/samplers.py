@@ -16,13 +16,12 @@
   costs an ask and adds a duplicate point to their model. A repeated proposal is re-drawn a
   few times and otherwise replaced by an unmeasured neighbour (one parameter one step away),
   which is local search around what the model thinks best.
-- Both model-based samplers start with a line sweep (`LineSweep`) instead of random draws: from
-  the best config measured so far (at first the best reference: vLLM's defaults, the guide's
-  heuristic, last quarter's winner), one argument at a time, step budget and sequence count
-  first, each moved to its neighbouring values for as long as that improves. At 10 trials
-  random start-up draws were behind vLLM's auto-tune grid: half of them turn off an
-  optimisation vLLM enables by default (chunked prefill, prefix caching, CUDA graphs), so few
-  land where the two knobs that matter can be judged.
+- Both model-based samplers start with a line sweep (`LineSweep`) instead of random draws: a
+  coordinate search from the best config measured so far (at first the best reference: vLLM's
+  defaults, vLLM's recipe, the guide's heuristic, last quarter's winner), one argument at a
+  time, the parallel layout, step budget and sequence count first. Random start-up draws turn
+  off half the optimisations vLLM enables by default, so few land where the knobs that matter
+  can be judged.
 - `grid`: vLLM's auto-tune script: a grid over `max_num_seqs` x `max_num_batched_tokens` (the
   space's grid values of those two, see `Param.grid`), every other argument at the baseline's
   value (vLLM's defaults for proposals). Points are visited in a seeded random order rather
@@ -60,6 +59,7 @@ from autotune import optuna_keys as keys
 from autotune.errors import ConfigError
 from autotune.objective import is_feasible
 from autotune.parallelism import PARAM as PARALLELISM
+from autotune.parallelism import Strategy
 from search_spaces import SearchSpace
 
 SAMPLERS = ("tpe", "gp", "random", "grid")
@@ -70,26 +70,19 @@ GRID_PARAMS = ("max_num_seqs", "max_num_batched_tokens")
 # benchmarks/search_efficiency.py with the ordinal kernel and random start-up (seeds 0-19), 2, 3,
 # 4 and 6 all reached 98% of the chat-like optimum by trial 30 in 17-18 of 20 seeds.
 STARTUP_TRIALS = 6
-# The line sweep's first axes: the two knobs vLLM's auto-tune script grids over, the step budget
-# first because it moves capacity most: on benchmarks/search_efficiency.py the best config with
-# any other budget reaches 72% (chat-like) and 96% (document-like) of the optimum, with any
-# other sequence count 93% and 100%. (Sequence count first: 100% and 97.5% at 10 trials, against
-# 91.4% and 100%.)
-# The parallel layout goes before them: it changes the whole engine (KV capacity per rank, the
-# collectives, the expert placement) and moved capacity most once it was searched (DP8+EP at
-# twice TP8 on both traces); swept in the seeded order of the other axes, TPE was at 57.9% of
-# the optimum at 10 trials, behind random search, which draws a DEP layout three times in five.
+# The line sweep's first axes, those that moved capacity most on benchmarks/search_efficiency.py:
+# the parallel layout (the whole engine changes with it), then the two knobs vLLM's auto-tune
+# script grids over, the step budget first.
 SWEEP_AXES = (PARALLELISM, "max_num_batched_tokens", "max_num_seqs")
 # The sweep proposes while fewer trials than this are complete (references and rule breakers
-# included), then the model takes over. 12 before the parallel layout was searched (held-out
-# seeds 20-59: 95.7% of the optimum at 10 trials); with the layout's four more neighbours to
-# try, 16: on benchmarks/search_efficiency.py (seeds 0-4, then held-out seeds 20-29) TPE was at
-# 94.5 / 99.3% and 96.9 / 99.3% of the optimum at 10 / 20 trials (12: 94.5 / 95.7% on seeds 0-4,
-# the document-like trace's long-prefill cap left unswept), every held-out seed within 98% by
-# trial 12 on both traces.
-SWEEP_TRIALS = 16
+# included), then the model takes over. It usually stops earlier, at a config none of whose
+# steps helps; on benchmarks/search_efficiency.py 16 cut it short on the chat-like trace
+# (85.5% of the optimum at 30 trials, 98.1% with 24).
+SWEEP_TRIALS = 24
 # A range (int or float) is swept over this many evenly spaced points, ends included.
 SWEEP_POINTS = 5
+# A measured step within this share of the best does not end a line: the walk goes on past it.
+SWEEP_TOLERANCE = 0.01
 # How far a measured choice's kernel reaches along an ordered list of choices (in list
 # positions): at 1, about 40% of a kernel's weight stays on its choice, a quarter goes to each
 # neighbour and 5% to each choice two away. On benchmarks/search_efficiency.py (held-out seeds
@@ -241,11 +234,11 @@ class DistinctProposals(BaseSampler):
 
 
 class LineSweep(BaseSampler):
-    """The model-based samplers' start-up: a coordinate line search from the best feasible
-    config measured so far. The axes are SWEEP_AXES, then the space's other parameters in a
-    seeded order; on each axis the incumbent's neighbouring values (`_line_neighbours`) are
-    tried until every one is measured, and a better one becomes the incumbent, whose next
-    neighbour on the same axis is tried in turn. Then the next axis, once over all of them.
+    """The model-based samplers' start-up: a coordinate search from the best feasible config
+    measured so far. The axes are SWEEP_AXES, then the space's other parameters in a seeded
+    order. On each axis the incumbent's next values (`_line`) are tried until every one is
+    measured; a better one becomes the incumbent and the line goes on from it. Then the next
+    axis, round all of them again for as long as the incumbent changes.
 
     It keeps no state of its own: the incumbent, the configs already held (measured, running
     or queued) and the axis each sweep trial moved (a system attribute) are read from the
@@ -284,19 +277,86 @@ class LineSweep(BaseSampler):
         taken = {tuple(sorted(t.params.items())) for t in held}
         # Asked but not yet suggested: their parameters are not in the study yet.
         taken |= {tuple(sorted(p.items())) for p in self._plans.values()}
+        measured = {tuple(sorted(t.params.items())): _value(t) for t in complete}
+        floor = (1 - SWEEP_TOLERANCE) * _value(best)
         moved = [t.system_attrs[keys.SWEEP_AXIS] for t in held
                  if keys.SWEEP_AXIS in t.system_attrs]
         start = self._axes.index(moved[-1]) if moved and moved[-1] in self._axes else 0
-        for name in self._axes[start:]:
+        # Round the axes from the last one moved, as often as the incumbent changes: the
+        # sweep ends where no axis has an unmeasured step that the walk reaches.
+        for name in self._axes[start:] + self._axes[:start]:
             if name not in best.params:
                 continue  # inactive where the incumbent is
-            dist = self._space.param(name).distribution()
-            for value in _line_neighbours(dist, best.params[name]):
-                params = self._active({**best.params, name: value})
+            for params in self._line(best.params, name, measured, floor):
                 if tuple(sorted(params.items())) not in taken:
                     study._storage.set_trial_system_attr(trial._trial_id, keys.SWEEP_AXIS, name)
                     return params
         return None
+
+    def _line(self, base: dict[str, Any], name: str, measured: dict[Key, float],
+              floor: float) -> list[dict[str, Any]]:
+        """The configs a line search along `name` tries next from `base`: on an ordered axis,
+        in each direction, the first unmeasured value past the measured ones that are within
+        SWEEP_TOLERANCE of the best (a plateau is walked across rather than ending the line:
+        above the load a trace offers, more sequences change nothing until they are too
+        many); on an unordered axis, every other choice."""
+        dist = self._space.param(name).distribution()
+        values = _line_values(dist, base[name])
+        moves = [self._active(self._move(base, name, v)) for v in values]
+        if name == PARALLELISM:
+            return [m for move in moves for m in self._with_prefill_caps(move)]
+        if not _ordered(dist):
+            return moves
+        i = values.index(base[name])
+        out = []
+        for step in (1, -1):
+            j = i + step
+            while 0 <= j < len(values):
+                value = measured.get(tuple(sorted(moves[j].items())))
+                if value is None:
+                    out.append(moves[j])
+                    break
+                if value < floor:
+                    break
+                j += step
+        return out
+
+    def _with_prefill_caps(self, move: dict[str, Any]) -> list[dict[str, Any]]:
+        """A move to a layout whose DP ranks step in lockstep (an MoE model's DP ranks:
+        vllm/v1/engine/core.py, run_engine_core starts DPEngineCoreProc for them) with each
+        long-prefill cap the space offers, its own first: there one rank's long prefill holds
+        every rank's decode for the whole step, so the layout is only judged fairly with its
+        prefills chunked. Judged at the caller's cap alone, DP8+EP was the worst layout on
+        benchmarks/search_efficiency.py's document-like trace and, capped at 512 tokens, the
+        best by a third."""
+        cap = "long_prefill_token_threshold"
+        strategy = Strategy.parse(str(move[PARALLELISM]))
+        lockstep = strategy.data_parallel_size > 1 and strategy.expert_parallel
+        if not lockstep or cap not in move:
+            return [move]
+        return [move] + [self._active({**move, cap: v}) for v in
+                         _line_values(self._space.param(cap).distribution(), move[cap])
+                         if v != move[cap]]
+
+    def _move(self, base: dict[str, Any], name: str, value: Any) -> dict[str, Any]:
+        """`base` with `name` set to `value`. A move to another parallel layout keeps the
+        deployment's sequence count: `max_num_seqs` is per engine core, and each DP rank is
+        one (vllm/v1/core/sched/scheduler.py, Scheduler.__init__: max_num_running_reqs =
+        scheduler_config.max_num_seqs, built once per rank's EngineCore), so TP8 at 1024
+        compares with DP8 at 128, not at 1024 each (8,192 in all)."""
+        params = {**base, name: value}
+        seqs = "max_num_seqs"
+        if name != PARALLELISM or seqs not in base or seqs not in self._space.param_names:
+            return params
+        ranks_before = Strategy.parse(str(base[name])).data_parallel_size
+        ranks_after = Strategy.parse(str(value)).data_parallel_size
+        target = float(base[seqs]) * ranks_before / ranks_after
+        candidates = [v for v in _line_values(self._space.param(seqs).distribution(),
+                                              base[seqs])
+                      if isinstance(v, int | float) and v > 0]
+        if candidates:
+            params[seqs] = min(candidates, key=lambda v: abs(np.log(v / target)))
+        return params
 
     def _active(self, values: dict[str, Any]) -> dict[str, Any]:
         """The parameters active with these values; one a move switches on (a threshold whose
@@ -344,26 +404,29 @@ def _incumbent(complete: Sequence[FrozenTrial]) -> FrozenTrial | None:
     return max(feasible, key=lambda t: t.value, default=None)  # type: ignore[arg-type,return-value]
 
 
-def _line_neighbours(dist: BaseDistribution, value: Any) -> list[Any]:
-    """A line search's next values from `value`: the choices either side of it in an ordered
-    list (the larger first), every other choice of an unordered one, and the nearest of
-    SWEEP_POINTS evenly spaced points (log-spaced on a log range) either side in a range."""
+def _value(trial: FrozenTrial) -> float:
+    """A complete trial's capacity, 0 where it was infeasible."""
+    return float(trial.value or 0.0) if is_feasible(trial.constraints) else 0.0
+
+
+def _ordered(dist: BaseDistribution) -> bool:
+    return (isinstance(dist, IntDistribution | FloatDistribution)
+            or (isinstance(dist, CategoricalDistribution) and is_ordinal(dist.choices)))
+
+
+def _line_values(dist: BaseDistribution, value: Any) -> list[Any]:
+    """The values a line search visits along one axis, `value` among them: the choices in
+    their listed order, or SWEEP_POINTS evenly spaced points (log-spaced on a log range) of a
+    range, ends included."""
     if isinstance(dist, CategoricalDistribution):
         choices = list(dist.choices)
-        if value not in choices:
-            return choices
-        i = choices.index(value)
-        if is_ordinal(choices):
-            return [choices[j] for j in (i + 1, i - 1) if 0 <= j < len(choices)]
-        return [c for c in choices if c != value]
+        return choices if value in choices else [value, *choices]
     if isinstance(dist, IntDistribution | FloatDistribution):
         shares = [k / (SWEEP_POINTS - 1) for k in range(SWEEP_POINTS)]
         points = {_on_grid(dist, dist.low * (dist.high / dist.low) ** f if dist.log
                            else dist.low + (dist.high - dist.low) * f) for f in shares}
-        above = [p for p in points if p > value]
-        below = [p for p in points if p < value]
-        return ([min(above)] if above else []) + ([max(below)] if below else [])
-    return []
+        return sorted(points | {value})
+    return [value]
 
 
 def _on_grid(dist: IntDistribution | FloatDistribution, value: float) -> float:

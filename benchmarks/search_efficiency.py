@@ -87,8 +87,9 @@ CACHE_DIR = Path(__file__).with_name(".cache") / "search_efficiency"
 CHAT_REQUESTS, DOCUMENT_REQUESTS = 6000, 3000  # ~11 and ~13 minutes at their recorded rates
 
 
-def chat_trace(requests: int = CHAT_REQUESTS) -> Trace:
-    return Trace.from_rows("chat-like", chat_trace_rows(requests=requests, rate_rps=10.0, seed=0))
+def chat_trace(requests: int = CHAT_REQUESTS, seed: int = 0) -> Trace:
+    return Trace.from_rows("chat-like", chat_trace_rows(requests=requests, rate_rps=10.0,
+                                                        seed=seed))
 
 
 def document_trace(requests: int = DOCUMENT_REQUESTS, seed: int = 0) -> Trace:
@@ -244,13 +245,16 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--first-seed", type=int, default=0,
                         help="seeds FIRST..FIRST+N-1: held-out seeds judge a sampler change")
+    parser.add_argument("--trace-seed", type=int, default=0,
+                        help="draw the traces with this seed: a held-out trace judges a "
+                             "sampler change made while looking at seed 0's")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                         help="processes measuring the exhaustive grid")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     seeds = [args.first_seed] if args.quick else list(range(args.first_seed,
                                                            args.first_seed + args.seeds))
-    traces: list[Callable[[], Trace]] = ([document_trace] if args.quick
+    traces: list[Callable[..., Trace]] = ([document_trace] if args.quick
                                          else [chat_trace, document_trace])
     dep = DEMO
     space = deployment_space(SPACE, dep)
@@ -265,7 +269,7 @@ def main() -> None:
     repeats: dict[str, dict[str, list[int]]] = {}  # proposals that repeated a measured config
     t0 = time.monotonic()
     for make_trace in traces:
-        trace = make_trace()
+        trace = make_trace(seed=args.trace_seed)
         objective = Objective(trace, SLOS[trace.name], dep, jobs=args.jobs)
         optimum, best_config, values = exhaustive(space, objective)
         default = objective(base_config("vllm-default", dep))[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -236,9 +237,10 @@ def _peak(params: dict[str, object]) -> float:
             + (params.get("long_prefill_token_threshold") == 512))
 
 
-def _sweep_study(tmp_path: Path, storage: str | None = None, seed: int = 0) -> tuple[optuna.Study, object]:
+def _sweep_study(tmp_path: Path, storage: str | None = None, seed: int = 0,
+                 text: str = SMALL_SPACE) -> tuple[optuna.Study, object]:
     path = tmp_path / "small.yaml"
-    path.write_text(SMALL_SPACE)
+    path.write_text(text)
     space = deployment_space(str(path), DEMO)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.create_study(direction="maximize", storage=storage, study_name="sweep",
@@ -247,13 +249,14 @@ def _sweep_study(tmp_path: Path, storage: str | None = None, seed: int = 0) -> t
     return study, space
 
 
-def _run(study: optuna.Study, space: object, trials: int) -> list[dict[str, object]]:
+def _run(study: optuna.Study, space: object, trials: int,
+         objective: Callable[[dict[str, object]], float] = _peak) -> list[dict[str, object]]:
     out = []
     for _ in range(trials):
         trial = study.ask()
         params = space.suggest(trial)  # type: ignore[attr-defined]
         trial.set_constraint("slo", -1.0)  # feasible
-        study.tell(trial, _peak(params))
+        study.tell(trial, objective(params))
         out.append(params)
     return out
 
@@ -321,3 +324,60 @@ def test_line_sweep_needs_a_feasible_start(tmp_path: Path) -> None:
     _run(study, space, 2)
     assert keys.SWEEP_AXIS not in study.trials[2].system_attrs
     assert keys.SWEEP_AXIS in study.trials[3].system_attrs
+
+
+def test_line_sweep_walks_across_a_plateau(tmp_path: Path) -> None:
+    """A step that measures the same as the best does not end the line: above the load a
+    trace offers, more sequences change nothing until the count that helps is reached."""
+    study, space = _sweep_study(tmp_path)
+    study.enqueue_trial(REFERENCE)
+
+    def flat_then_better(params: dict[str, object]) -> float:
+        return 60.0 if params["max_num_seqs"] == 128 else 50.0
+
+    _run(study, space, 12, flat_then_better)
+    seqs = [t.params["max_num_seqs"] for t in study.trials
+            if t.system_attrs.get(keys.SWEEP_AXIS) == "max_num_seqs"]
+    assert seqs == [32, 64, 128], seqs  # past 32 and 64, which measured as the reference did
+
+
+def test_line_sweep_goes_round_the_axes_again_after_a_late_improvement(tmp_path: Path) -> None:
+    study, space = _sweep_study(tmp_path)
+    study.enqueue_trial(REFERENCE)
+    _run(study, space, 24)
+    axes = [t.system_attrs.get(keys.SWEEP_AXIS) for t in study.trials]
+    late = axes.index("long_prefill_token_threshold")  # +1 on _peak: the incumbent moved
+    assert "max_num_batched_tokens" in axes[late:], axes
+
+
+LAYOUT_SPACE = """
+name: layouts
+parameters:
+  parallelism: {type: categorical, choices: [tp, tep, dep]}
+  max_num_seqs: {type: categorical, choices: [32, 64, 128, 256, 512, 1024]}
+  enable_chunked_prefill: {type: bool}
+  long_prefill_token_threshold: {type: categorical, choices: [0, 512, 2048],
+                                 when: enable_chunked_prefill}
+"""
+
+
+def test_a_layout_move_keeps_the_sequence_count_and_tries_prefill_caps_in_lockstep(
+        tmp_path: Path) -> None:
+    """max_num_seqs is per DP rank, so TP8 at 1024 moves to DP8+EP at 128; a layout whose
+    ranks step in lockstep is also tried with each long-prefill cap."""
+    study, space = _sweep_study(tmp_path, text=LAYOUT_SPACE)
+    reference = {"parallelism": "TP8", "max_num_seqs": 1024, "enable_chunked_prefill": True,
+                 "long_prefill_token_threshold": 0}
+    study.enqueue_trial(reference)
+    _run(study, space, 12, lambda params: 50.0)  # all alike: every move is from the reference
+    moves = [t.params for t in study.trials
+             if t.system_attrs.get(keys.SWEEP_AXIS) == "parallelism"]
+    by_layout: dict[object, list[dict[str, object]]] = {}
+    for params in moves:
+        by_layout.setdefault(params["parallelism"], []).append(params)
+    assert set(by_layout) == {"TP8+EP", "DP2xTP4+EP", "DP4xTP2+EP", "DP8+EP"}
+    assert [p["max_num_seqs"] for p in by_layout["TP8+EP"]] == [1024]
+    assert {p["max_num_seqs"] for p in by_layout["DP2xTP4+EP"]} == {512}
+    assert {p["max_num_seqs"] for p in by_layout["DP8+EP"]} == {128}
+    assert sorted(p["long_prefill_token_threshold"] for p in by_layout["DP8+EP"]) == [
+        0, 512, 2048]
