@@ -41,6 +41,7 @@ from sqlalchemy.exc import IntegrityError
 from autotune import optuna_keys as keys
 from autotune.errors import CampaignBusyError, ConfigError, StorageError
 from autotune.records import LatencySummary, TrialOutcome
+from autotune.slo import SLO
 from autotune.storage import repo
 from autotune.storage.db import session_scope
 from autotune.storage.models import Campaign, Deployment, Trial
@@ -138,16 +139,29 @@ def _find(session: Any, request: CampaignRequest) -> Campaign | None:
         Campaign.name == request.campaign, Deployment.name == request.deployment.name))
 
 
-def _check_same(c: Campaign, request: CampaignRequest) -> None:
+def differences(c: Campaign, request: CampaignRequest) -> list[str]:
+    """What the request would change in a stored campaign, each as `what stored (asked ...)`;
+    empty if it asks for the same campaign (the executor and parallelism may change)."""
     asked = {"trace_digest": request.trace.digest, "backend": request.backend,
              "search_space": request.search_space, "max_trials": request.max_trials,
              "seed": request.seed,
              "screen_backend": request.screen.backend if request.screen else None,
              "screen_top": request.screen.top if request.screen else None}
-    diffs = [f"{f} {getattr(c, f)!r} (asked {asked[f]!r})" for f in _SAME
-             if getattr(c, f) != asked[f]]
+    diffs = []
     if c.slo != request.slo.to_dict():
-        diffs.append(f"slo {c.slo!r} (asked {request.slo.to_dict()!r})")
+        diffs.append(f"SLO {SLO.from_dict(c.slo)} (asked {request.slo})")
+    if c.trace_digest != request.trace.digest:
+        same_file = c.trace_ref == request.trace_ref
+        diffs.append(f"trace {c.trace_ref} (asked "
+                     + ("the same file, whose contents have changed" if same_file
+                        else request.trace_ref) + ")")
+    diffs += [f"{f} {getattr(c, f)!r} (asked {asked[f]!r})" for f in _SAME
+              if f != "trace_digest" and getattr(c, f) != asked[f]]
+    return diffs
+
+
+def _check_same(c: Campaign, request: CampaignRequest) -> None:
+    diffs = differences(c, request)
     if diffs:
         raise ConfigError(f"campaign {request.campaign!r} of deployment "
                           f"{request.deployment.name!r} was started with {', '.join(diffs)}; "

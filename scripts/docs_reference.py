@@ -138,6 +138,11 @@ def cli_markdown() -> str:
     root = typer.main.get_command(app)
     out = [_paragraphs(root.help), "", "Every command takes `--help`. Bad input prints one line "
            "on stderr and exits with 2.", ""]
+    top = [p for p in root.params if p.opts[0] != "--help" and not getattr(p, "hidden", False)]
+    if top:  # --version, the shell completion flags: `autotune --version`
+        out += ["Options of `autotune` itself:", "",
+                _table(("option", "type", "default", "description"),
+                       [_option_row(p) for p in top]), ""]
     for path, command in _commands(root, ()):
         name = " ".join(("autotune", *path))
         level = "##" if len(path) == 1 else "###"

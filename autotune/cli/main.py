@@ -1,8 +1,9 @@
-"""The `autotune` command line. Errors become one line on stderr and exit code 2."""
+"""The `autotune` command line. Errors become one line on stderr and the error's exit code
+(2: bad input); with --json, also one JSON error object on stdout (see autotune.cli.output)."""
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import logging
 import sys
 from datetime import UTC, datetime
@@ -12,6 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from autotune.cli import output
 from autotune.cli.capture import capture
 from autotune.cli.quarterly import HELP as QUARTERLY_HELP
 from autotune.cli.quarterly import quarterly
@@ -19,7 +21,7 @@ from autotune.cli.sim import sim_app, simulate
 from autotune.cli.traffic import traffic_app
 from autotune.errors import AutotuneError, ConfigError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None,
                   help="Find, prove and publish the vLLM engine arguments with the most "
                        "capacity under a P99 latency SLO.")
@@ -38,6 +40,23 @@ if not console.is_terminal:  # logs and CI: wide enough for the trial tables
 err = Console(stderr=True)
 
 DEFAULT_SLO = "ttft_p99<=2s,tpot_p99<=50ms"
+JSON_HELP = "Print one JSON object on stdout (keys: docs/reference/json-output.md); the tables go to stderr."
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        console.print(f"autotune {version('autotune')}", markup=False, highlight=False)
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option(
+        "--version", is_eager=True, callback=_version, help="Print the version and exit.")] = False,
+) -> None:
+    pass
 
 
 def _setup_logging(level: str) -> None:
@@ -162,6 +181,11 @@ def tune(
     slo_cold: Annotated[str | None, typer.Option(help="The cold path's SLO (default --slo).")] = None,
     min_path_requests: Annotated[int, typer.Option(
         help="A path with fewer requests is not tuned (it keeps the single config).")] = 50,
+    new_campaign: Annotated[bool, typer.Option(
+        "--new-campaign", help="If --campaign already exists, start a new campaign named "
+                               "CAMPAIGN.2 (or .3, ...: the first free name) instead of "
+                               "resuming it or reporting its result.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Run a tuning campaign (defaults: the demo deployment on the simulator). The best configs
     are then confirmed: re-run with other arrival seeds, the winner is the one with the best 90%
@@ -172,8 +196,11 @@ def tune(
     cold: the batch space, unless --space), each compared with the whole trace's winner
     measured on the same sub-trace.
     The search stops at --trials, --max-gpu-hours or --deadline, whichever comes first; what
-    was spent and what stopped it are recorded and printed. Exit code 0 once the campaign
-    completes, whatever stopped its search; 2 bad input."""
+    was spent and what stopped it are recorded and printed.
+    Running it again with the same settings resumes a campaign whose job died, or prints a
+    completed campaign's result; other settings (SLO, trace, space, backend, trials, seed,
+    deployment) are refused, naming what differs, unless --new-campaign.
+    Exit code 0 once the campaign completes, whatever stopped its search; 2 bad input."""
     from autotune import budget as budgets
     from autotune import per_path as pp
     from autotune.cli.render import LiveTrials
@@ -189,7 +216,6 @@ def tune(
         space_name_for,
         space_summary,
     )
-    from autotune.storage import repo
     from autotune.storage.db import session_scope
     from autotune.study import CampaignRequest, StudyController
     from autotune.traffic.formats import load_trace
@@ -259,6 +285,15 @@ def tune(
                                                     max_send_lag_p99_ms=max_send_lag_ms),
                               backend_options=backend_options, budget=budget, confirm=plan,
                               screen=screening)
+    engine, url = _db()
+    if new_campaign:
+        with session_scope(engine) as s:
+            name = free_campaign_name(s, campaign, spec.name)
+            s.rollback()  # read only
+        if name != campaign:
+            err.print(f"autotune: campaign {campaign!r} exists; starting campaign {name!r}",
+                      markup=False, highlight=False, soft_wrap=True)
+            request = dataclasses.replace(request, campaign=name)
     plans: list[Any] = []
     path_requests: list[CampaignRequest] = []
     if per_path:
@@ -267,25 +302,9 @@ def tune(
             name: parse_slo(value) for name, value in path_slos.items() if value})
         for sub in path_requests:
             make_sampler(sampler, deployment_space(sub.search_space, sub.deployment), seed=seed)
-    engine, url = _db()
     from autotune.storage.models import Campaign
 
-    def existing(s: Any, r: CampaignRequest) -> Any:
-        try:
-            return repo.find_campaign(s, r.campaign, r.deployment.name)
-        except AutotuneError:
-            return None
-
-    done: dict[str, int] = {}
-    with session_scope(engine) as s:
-        for r in (request, *path_requests):
-            found = existing(s, r)
-            if found is not None and found.status == "completed":
-                done[r.study_name] = found.id  # reported as it is
-                continue
-            # Any other status: the controller resumes it, unless a live job still runs it.
-            repo.ensure_deployment(s, r.deployment)
-        s.rollback()  # only a check here (of every deployment, before any is written)
+    done = _check_existing(engine, [request, *path_requests])
 
     def run(r: CampaignRequest) -> int:
         if r.study_name in done:
@@ -300,20 +319,74 @@ def tune(
         finally:
             live.close()
 
+    from autotune.cli import json_views
+
     campaign_id = run(request)
     with session_scope(engine) as s:
         result = s.get(Campaign, campaign_id)
         assert result is not None
         print_campaign_result(console, result, url)
         single = pp.single_config(result)
+        view = json_views.campaign_result(s, result,
+                                          already_completed=request.study_name in done)
+        s.rollback()  # read only
     if per_path:
-        _tune_paths(plans, path_requests, single, run, engine, url, spec.name)
+        view["paths"] = [json_views.path_result(row) for row in _tune_paths(
+            plans, path_requests, single, run, engine, url, spec.name)]
+    if as_json:
+        output.emit(view)
+
+
+def free_campaign_name(session: Any, name: str, deployment: str) -> str:
+    """`name`, or the first of NAME.2, NAME.3, ... that neither the deployment nor its paths'
+    deployments (DEPLOYMENT.PATH) hold: a --per-path run's campaigns share one name."""
+    from sqlalchemy import or_, select
+
+    from autotune.storage.models import Campaign, Deployment
+
+    paths = Deployment.name.startswith(f"{deployment}.", autoescape=True)
+    taken = set(session.scalars(select(Campaign.name).join(Deployment).where(
+        or_(Deployment.name == deployment, paths))))
+    return next(n for n in (name, *(f"{name}.{k}" for k in range(2, 10_000))) if n not in taken)
+
+
+def _check_existing(engine: Any, requests: list[Any]) -> dict[str, int]:
+    """Refuse, before anything is written, a request that differs from the campaign of its name
+    (SLO, trace, space, ...) or from its deployment; returns the study names of the campaigns
+    already completed (their result is printed as it is) and their ids."""
+    from autotune.resume import differences
+    from autotune.storage import repo
+    from autotune.storage.db import session_scope
+
+    done: dict[str, int] = {}
+    with session_scope(engine) as s:
+        for r in requests:
+            repo.ensure_deployment(s, r.deployment)  # refuses another spec under the name
+            try:
+                found = repo.find_campaign(s, r.campaign, r.deployment.name)
+            except AutotuneError:
+                continue
+            diffs = differences(found, r)
+            if diffs:
+                state = "completed" if found.status == "completed" else "started"
+                raise ConfigError(
+                    f"campaign {r.campaign!r} of deployment {r.deployment.name!r} was {state} "
+                    f"with {', '.join(diffs)}; give --new-campaign to start campaign "
+                    f"{free_campaign_name(s, r.campaign, r.deployment.name)!r} with these "
+                    "settings, or run it with its own settings"
+                    + (" to see its result" if state == "completed" else " to resume it"))
+            if found.status == "completed":
+                done[r.study_name] = found.id  # reported as it is
+            # Any other status: the controller resumes it, unless a live job still runs it.
+        s.rollback()  # only a check here (of every deployment, before any is written)
+    return done
 
 
 def _tune_paths(plans: list[Any], requests: list[Any], single: dict[str, Any] | None,
-                run: Any, engine: Any, url: str, parent: str) -> None:
+                run: Any, engine: Any, url: str, parent: str) -> list[Any]:
     """Run each tuned path's campaign (the single config measured beside it), then print the
-    paths beside the single config. `requests` are the tuned plans' (same order)."""
+    paths beside the single config; returns their summaries. `requests` are the tuned plans'
+    (same order)."""
     import optuna
 
     from autotune import per_path as pp
@@ -346,6 +419,7 @@ def _tune_paths(plans: list[Any], requests: list[Any], single: dict[str, Any] | 
                           soft_wrap=True)
     console.print(f"\nPublish every path's config: autotune publish --campaign "
                   f"{requests[0].campaign} --deployment {parent} --per-path", soft_wrap=True)
+    return summaries
 
 
 def fidelities(backend: str | None, screen: str | None, confirm: str | None,
@@ -445,7 +519,7 @@ def check_config(
                        else check.parse_cli_args(list(ctx.args)))
     result = check.check_config(values, model=model, gpu=gpu, gpus=gpus, unchecked=unknown)
     if as_json:
-        print(json.dumps(result.to_json()))
+        output.emit(result.to_json())
     else:
         for line in check.render(result):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
@@ -467,12 +541,13 @@ def publish(
     per_path: Annotated[bool, typer.Option(
         "--per-path", help="Publish each path's winner of a --per-path campaign as deployment "
                            "DEPLOYMENT.PATH (all or none).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Publish a campaign's winner (or a given trial) as the deployment's config: the
     confirmed config, or without confirmation the best feasible trial."""
     import getpass
 
-    from autotune.engine_config import EngineConfig
+    from autotune.cli import json_views
     from autotune.publish import publish_campaign
     from autotune.storage.db import session_scope
 
@@ -484,25 +559,24 @@ def publish(
         from autotune.per_path import publish_paths
 
         with session_scope(engine) as s:
-            lines = [(f"published trial {pub.trial.number} of campaign {pub.campaign.name!r} "
-                      f"for deployment {pub.deployment.name!r} ({pub.period_label}):",
-                      " ".join(EngineConfig(**pub.engine_config).to_cli_args()))
-                     for pub in publish_paths(s, campaign, deployment=deployment,
-                                              period_label=period,
-                                              published_by=by or getpass.getuser(), note=note)]
-        for done, args in lines:  # after the commit, as below
-            console.print(done)
-            console.print("  " + args, soft_wrap=True)
-        return
-    with session_scope(engine) as s:
-        pub = publish_campaign(s, campaign, deployment=deployment, trial_number=trial,
-                               period_label=period, published_by=by or getpass.getuser(), note=note)
-        done = (f"published trial {pub.trial.number} of campaign {pub.campaign.name!r} for "
-                f"deployment {pub.deployment.name!r} ({pub.period_label}):")
-        args = " ".join(EngineConfig(**pub.engine_config).to_cli_args())
+            pubs = publish_paths(s, campaign, deployment=deployment, period_label=period,
+                                 published_by=by or getpass.getuser(), note=note)
+            s.flush()  # the publications' ids
+            views = [json_views.publication(pub) for pub in pubs]
+    else:
+        with session_scope(engine) as s:
+            pub = publish_campaign(s, campaign, deployment=deployment, trial_number=trial,
+                                   period_label=period, published_by=by or getpass.getuser(),
+                                   note=note)
+            s.flush()
+            views = [json_views.publication(pub)]
     # Printed after the commit: a closed stdout (`| head -1`) must not undo the publication.
-    console.print(done)
-    console.print("  " + args, soft_wrap=True)
+    for view in views:
+        console.print(f"published trial {view['trial']} of campaign {view['campaign']!r} for "
+                      f"deployment {view['deployment']!r} ({view['period']}):")
+        console.print("  " + " ".join(view["engine_args"]), soft_wrap=True)
+    if as_json:
+        output.emit({"publications": views})
 
 
 @app.command()
@@ -510,6 +584,7 @@ def report(
     campaign: Annotated[str, typer.Option(help="Campaign name (or its numeric id).")],
     out: Annotated[Path, typer.Option(help="Directory to write index.html and its PNGs to.")],
     deployment: Annotated[str | None, typer.Option(help="Needed if several have it.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Write a campaign's HTML report: plots, the winner beside the incumbent and baselines,
     every trial."""
@@ -523,13 +598,20 @@ def report(
     written = write_report(data, out)
     console.print(f"wrote the report of {data.study_name} ({len(data.trials)} trials) to "
                   f"{written / INDEX}", soft_wrap=True)
+    if as_json:
+        from autotune.cli.json_views import report_written
+
+        output.emit(report_written(data, written / INDEX))
 
 
 @app.command()
-def campaigns() -> None:
+def campaigns(
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
+) -> None:
     """List campaigns."""
     from rich.table import Table
 
+    from autotune.cli.json_views import campaign_row
     from autotune.storage import repo
     from autotune.storage.db import session_scope
 
@@ -538,8 +620,10 @@ def campaigns() -> None:
     for col in ("deployment", "campaign", "status", "backend", "trials", "best tok/s", "GPU-h",
                 "stopped by", "started", "decision"):
         table.add_column(col, overflow="fold")
+    rows = []
     with session_scope(engine) as s:
         for c in repo.list_campaigns(s):
+            rows.append(campaign_row(c))
             best = repo.best_trial(c)
             decision = f"{c.decision}: {c.decision_note}" if c.decision else "-"
             backend = f"{c.screen_backend}->{c.backend}" if c.screen_backend else c.backend
@@ -547,7 +631,10 @@ def campaigns() -> None:
                           f"{best.capacity_output_tok_s:,.0f}" if best else "-",
                           f"{c.gpu_hours or 0:.3g}", (c.stop_reason or "-").replace("_", " "),
                           c.started_at.strftime("%Y-%m-%d %H:%M"), decision)
+        s.rollback()  # read only
     console.print(table)
+    if as_json:
+        output.emit({"campaigns": rows})
 
 
 # -- services -----------------------------------------------------------------------------------
@@ -598,27 +685,53 @@ def models_make_tiny(
     console.print(f"wrote a tiny Llama model to {path} (serve with --load-format dummy)")
 
 
+# -- shell completion ----------------------------------------------------------------------------
+SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
+
+
+@app.command()
+def completion(
+    shell: Annotated[str, typer.Argument(help=f"One of {', '.join(SHELLS)}.")],
+) -> None:
+    """Print the shell completion script, e.g. `autotune completion bash >
+    ~/.local/share/bash-completion/completions/autotune` (or `eval "$(autotune completion
+    bash)"` in ~/.bashrc). `autotune --install-completion` installs it for the current shell."""
+    from typer._completion_shared import get_completion_script
+
+    if shell not in SHELLS:
+        raise ConfigError(f"no completion for shell {shell!r}; give one of {', '.join(SHELLS)}")
+    print(get_completion_script(prog_name="autotune", complete_var="_AUTOTUNE_COMPLETE",
+                                shell=shell))
+
+
 def main(argv: list[str] | None = None) -> int:
+    args = argv if argv is not None else sys.argv[1:]
+    if not output.requested(args):
+        return _main(args)
+    with output.json_session():
+        return _main(args)
+
+
+def _main(args: list[str]) -> int:
     command = typer.main.get_command(app)
     try:
-        result = command.main(args=argv if argv is not None else sys.argv[1:],
-                              prog_name="autotune", standalone_mode=False)
+        result = command.main(args=args, prog_name="autotune", standalone_mode=False)
         return result if isinstance(result, int) else 0
     except AutotuneError as exc:
-        err.print(f"autotune: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        output.error(str(exc), exc.exit_code, type(exc).__name__)
         return exc.exit_code
     except typer.Exit as exc:
         return int(exc.exit_code)
     except typer.Abort:
         err.print("autotune: interrupted", markup=False)
+        output.error_json("interrupted", 130, "Interrupted")
         return 130
     except typer.TyperException as exc:  # usage errors: unknown flag, bad value, ...
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `autotune` or `autotune db`
             console.print(exc.format_message(), markup=False, highlight=False)  # type: ignore[attr-defined]
             return 2
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        err.print(f"autotune: error: {message} (see `autotune --help`)", markup=False,
-                  highlight=False, soft_wrap=True)
+        output.error(f"{message} (see `autotune --help`)", 2, "UsageError")
         return 2
 
 

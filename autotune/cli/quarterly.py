@@ -72,28 +72,34 @@ def quarterly(
                            ] = 3,
     confirm_repeats: Annotated[int, typer.Option(help="Re-runs per confirmed config.")] = 3,
     by: Annotated[str | None, typer.Option(help="Who publishes (default: $USER).")] = None,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print one JSON object on stdout (keys: docs/reference/json-output.md); "
+                       "the tables go to stderr.")] = False,
 ) -> None:
     from sqlalchemy.exc import OperationalError
 
-    from autotune.cli.main import err
+    from autotune.cli import output
     from autotune.quarterly import EXIT_BUSY, EXIT_INFRA
 
     try:
-        code = _run(deployment=deployment, period=period, days=days, trace=trace, force=force,
-                    max_trials=max_trials, max_gpu_hours=max_gpu_hours, deadline=deadline,
-                    margin_pct=margin_pct, ray_address=ray_address, parallel=parallel, slo=slo,
-                    backend=backend, model_path=model_path, engine_arg=engine_arg or [],
-                    confirm_top=confirm_top, confirm_repeats=confirm_repeats, by=by)
+        code, view = _run(deployment=deployment, period=period, days=days, trace=trace,
+                          force=force, max_trials=max_trials, max_gpu_hours=max_gpu_hours,
+                          deadline=deadline, margin_pct=margin_pct, ray_address=ray_address,
+                          parallel=parallel, slo=slo, backend=backend, model_path=model_path,
+                          engine_arg=engine_arg or [], confirm_top=confirm_top,
+                          confirm_repeats=confirm_repeats, by=by)
     except CampaignBusyError as exc:
-        err.print(f"autotune: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        output.error(str(exc), EXIT_BUSY, type(exc).__name__)
         raise typer.Exit(EXIT_BUSY) from None
     except (InfrastructureError, StorageError) as exc:
-        err.print(f"autotune: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        output.error(str(exc), EXIT_INFRA, type(exc).__name__)
         raise typer.Exit(EXIT_INFRA) from None
     except OperationalError as exc:  # the database went away mid-run
-        err.print(f"autotune: error: database failure: {str(exc.orig or exc).splitlines()[0]}",
-                  markup=False, highlight=False, soft_wrap=True)
+        output.error(f"database failure: {str(exc.orig or exc).splitlines()[0]}", EXIT_INFRA,
+                     "StorageError")
         raise typer.Exit(EXIT_INFRA) from None
+    if as_json:
+        output.emit(view)
     raise typer.Exit(code)
 
 
@@ -120,7 +126,8 @@ def _run(*, deployment: str, period: str | None, days: float, trace: Path | None
          max_trials: int, max_gpu_hours: float | None, deadline: str | None, margin_pct: float,
          ray_address: str | None, parallel: int, slo: str | None, backend: str | None,
          model_path: str | None, engine_arg: list[str], confirm_top: int, confirm_repeats: int,
-         by: str | None) -> int:
+         by: str | None) -> tuple[int, dict[str, Any]]:
+    """The exit code and the --json object (keys: docs/reference/json-output.md)."""
     from sqlalchemy import select
 
     from autotune import budget as budgets
@@ -175,11 +182,13 @@ def _run(*, deployment: str, period: str | None, days: float, trace: Path | None
             d = q.reported(run.done)
             console.print(f"{deployment} {label}: already decided by campaign {d.campaign!r}: "
                           f"{d.outcome}: {d.note} (--force runs it again)", soft_wrap=True)
-            return q.EXIT_OK
+            view = _view(s, d, run.done, label, already_decided=True)
+            s.rollback()  # read only
+            return q.EXIT_OK, view
         if run.decide_only:  # its job died after confirming: only the decision is missing
             campaign = repo.find_campaign(s, run.campaign, deployment)
-            return _decided(console, q.decide(s, campaign, margin_pct=margin_pct, period=label,
-                                              published_by=publisher), campaign)
+            return _decided(s, console, q.decide(s, campaign, margin_pct=margin_pct,
+                                                 period=label, published_by=publisher), campaign)
         latest = s.scalars(select(Campaign).where(Campaign.deployment_id == dep.id)
                            .order_by(Campaign.id.desc())).first()
         refs = q.references(s, dep, run.campaign)
@@ -223,8 +232,8 @@ def _run(*, deployment: str, period: str | None, days: float, trace: Path | None
     with session_scope(engine) as s:
         ran = s.get(Campaign, campaign_id)
         assert ran is not None
-        return _decided(console, q.decide(s, ran, margin_pct=margin_pct, period=label,
-                                          published_by=publisher), ran)
+        return _decided(s, console, q.decide(s, ran, margin_pct=margin_pct, period=label,
+                                             published_by=publisher), ran)
 
 
 def _registered_trace(session: Any, dep: Any, now: datetime, days: float,
@@ -255,7 +264,8 @@ def _stored_slo(stored: Any) -> Any:
                           "--slo") from None
 
 
-def _decided(console: Console, decision: Any, campaign: Any) -> int:
+def _decided(session: Any, console: Console, decision: Any,
+             campaign: Any) -> tuple[int, dict[str, Any]]:
     from autotune.cli.render import confirmation_table
     from autotune.cli.report import spent_line
 
@@ -264,4 +274,18 @@ def _decided(console: Console, decision: Any, campaign: Any) -> int:
         console.print(confirmation_table(campaign.confirmations))
     console.print(f"{campaign.deployment.name} {campaign.period}: {decision.outcome}: "
                   f"{decision.note}", soft_wrap=True)
-    return int(decision.exit_code)
+    session.flush()  # the decision (and publication) in the campaign the view reads
+    return int(decision.exit_code), _view(session, decision, campaign, campaign.period,
+                                          already_decided=False)
+
+
+def _view(session: Any, decision: Any, campaign: Any, period: str, *,
+          already_decided: bool) -> dict[str, Any]:
+    """`quarterly --json`: the decision, and the campaign's result as `tune --json` has it."""
+    from autotune.cli.json_views import campaign_result
+
+    return {"deployment": campaign.deployment.name, "period": period,
+            "campaign": decision.campaign, "outcome": decision.outcome, "note": decision.note,
+            "exit_code": int(decision.exit_code), "already_decided": already_decided,
+            "publication_id": decision.publication_id,
+            "result": campaign_result(session, campaign)}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -10,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from autotune.cli import output
 from autotune.errors import ConfigError
 
 sim_app = typer.Typer(no_args_is_help=True, help="The simulator's calibration.")
@@ -66,7 +66,7 @@ def simulate(
     finally:
         backend.stop()
     if as_json:
-        print(json.dumps(summary.model_dump()))
+        output.emit(summary.model_dump())
         return
     args = effective_values(config, dep)
     table = Table(title=f"{loaded.name} x{rate_scale:g} on {tp}x{dep.gpu_info.name}, {model}")

@@ -3,13 +3,13 @@ AutotuneError, which `autotune.cli.main` prints as one line with exit code 2."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
+from autotune.cli import output
 from autotune.errors import ConfigError
 
 traffic_app = typer.Typer(no_args_is_help=True, help="Traffic traces: synth, import, show, "
@@ -176,7 +176,7 @@ def traffic_list(
     finally:
         engine.dispose()
     if as_json:
-        print(json.dumps(rows))
+        output.emit(rows)
         return
     table = Table(title="Registered traces", title_justify="left")
     for col in ("id", "deployment", "kind", "format", "rows", "from (UTC)", "to (UTC)", "path"):
@@ -209,7 +209,7 @@ def traffic_show(
 
         plot_trace(loaded, plot, hot_max_tokens=hot_max_tokens, warm_min_share=warm_min_share)
     if as_json:
-        print(json.dumps(stats))
+        output.emit(stats)
         return
     _print_stats(stats)
     if plot is not None:

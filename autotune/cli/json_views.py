@@ -1,0 +1,140 @@
+"""The objects `--json` prints: stable keys, documented in docs/reference/json-output.md.
+
+Capacities are output tokens per second, named by the figure they are: `search` (the one
+measurement of the search), `confirmed_mean` and `confirmed_lcb` (mean and 90% lower confidence
+bound over the confirmation re-runs; null where the config was not confirmed). A gain is in
+percent, the winner's figure over the other config's same figure.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from autotune.baselines import BASELINES
+from autotune.engine_config import EngineConfig
+from autotune.publish import utc
+from autotune.storage import repo
+from autotune.storage.models import Campaign, Confirmation, Publication, Trial
+from autotune.vocabulary import RecordState
+
+
+def _time(value: datetime | None) -> str | None:
+    return utc(value).isoformat() if value is not None else None
+
+
+def _confirmation(campaign: Campaign, trial: Trial) -> Confirmation | None:
+    return next((c for c in campaign.confirmations if c.trial_id == trial.id), None)
+
+
+def _capacity(trial: Trial, conf: Confirmation | None) -> dict[str, float | None]:
+    return {"search": trial.capacity_output_tok_s if trial.feasible else None,
+            "confirmed_mean": conf.mean_output_tok_s if conf is not None else None,
+            "confirmed_lcb": conf.lcb_output_tok_s if conf is not None else None}
+
+
+def _gain_pct(winner: float | None, other: float | None) -> float | None:
+    return None if not winner or not other else 100.0 * (winner / other - 1.0)
+
+
+def _config(trial: Trial) -> dict[str, Any]:
+    return {"trial": trial.number, "role": trial.role, "feasible": trial.feasible,
+            "failure": trial.failure_class, "config": dict(trial.engine_config),
+            "engine_args": EngineConfig(**trial.engine_config).to_cli_args(),
+            "latency": dict(trial.latency or {})}
+
+
+def campaign_result(session: Session, campaign: Campaign, *,
+                    already_completed: bool = False) -> dict[str, Any]:
+    """A campaign's outcome: what `tune --json` prints, and `result` of `quarterly --json`."""
+    trials = repo.measured_trials(campaign)
+    measured = [t for t in trials if t.state != RecordState.REJECTED]
+    chosen = repo.choose_winner(campaign)
+    winner: dict[str, Any] | None = None
+    win_cap: dict[str, float | None] = {}
+    if chosen.trial is not None:
+        win_cap = _capacity(chosen.trial, _confirmation(campaign, chosen.trial))
+        winner = {**_config(chosen.trial), "capacity_output_tok_s": win_cap}
+    baselines = []
+    for role in BASELINES:
+        base = next((t for t in trials if t.role == role), None)
+        if base is None:
+            continue
+        cap = _capacity(base, _confirmation(campaign, base))
+        baselines.append({**_config(base), "capacity_output_tok_s": cap, "winner_gain_pct": {
+            figure: _gain_pct(win_cap.get(figure), cap[figure]) if winner else None
+            for figure in ("search", "confirmed_mean")}})
+    pub = session.scalars(select(Publication).where(Publication.campaign_id == campaign.id)
+                          .order_by(Publication.id.desc())).first()
+    budget = campaign.budget or {}
+    return {
+        "campaign": campaign.name,
+        "deployment": campaign.deployment.name,
+        "study": campaign.study_name,
+        "status": campaign.status,
+        "already_completed": already_completed,
+        "backend": campaign.backend,
+        "screen_backend": campaign.screen_backend,
+        "search_space": campaign.search_space,
+        "slo_ms": dict(campaign.slo),
+        "trace": campaign.trace_ref,
+        "trace_digest": campaign.trace_digest,
+        "trials": {"measured": len(measured), "rejected": len(trials) - len(measured),
+                   "screened": len(campaign.trials) - len(trials),
+                   "max_trials": campaign.max_trials},
+        "spent": {"gpu_hours": campaign.gpu_hours or 0.0, "wall_s": campaign.wall_s or 0.0,
+                  "stop_reason": campaign.stop_reason,
+                  "budget": {k: v for k, v in budget.items() if v is not None}},
+        "winner_basis": chosen.basis,
+        "winner": winner,
+        "baselines": baselines,
+        "confirmations": [{
+            "trial": c.trial.number, "role": c.role, "runs": c.n,
+            "search_output_tok_s": c.trial.capacity_output_tok_s,
+            "mean_output_tok_s": c.mean_output_tok_s, "std_output_tok_s": c.std_output_tok_s,
+            "cv": c.cv, "lcb_output_tok_s": c.lcb_output_tok_s, "winner": c.winner}
+            for c in campaign.confirmations],
+        "decision": ({"outcome": campaign.decision, "note": campaign.decision_note}
+                     if campaign.decision else None),
+        "published": pub is not None,
+        "published_trial": pub.trial.number if pub is not None else None,
+    }
+
+
+def path_result(row: Any) -> dict[str, Any]:
+    """One path of `tune --per-path --json` (an autotune.per_path.PathSummary)."""
+    return {"path": row.path, "deployment": row.deployment, "requests": row.requests,
+            "of_requests": row.of_requests, "skipped": row.skipped, "search_space": row.space,
+            "slo": row.slo, "winner_trial": row.winner_trial,
+            "winner_config": row.winner_config,
+            "winner_output_tok_s": row.winner_output_tok_s,
+            "single_output_tok_s": row.single_output_tok_s, "gain_pct": row.gain_pct}
+
+
+def publication(pub: Publication) -> dict[str, Any]:
+    return {"id": pub.id, "deployment": pub.deployment.name, "campaign": pub.campaign.name,
+            "trial": pub.trial.number, "period": pub.period_label,
+            "published_by": pub.published_by, "published_at": _time(pub.published_at),
+            "note": pub.note, "config": dict(pub.engine_config),
+            "engine_args": EngineConfig(**pub.engine_config).to_cli_args()}
+
+
+def campaign_row(c: Campaign) -> dict[str, Any]:
+    """One row of `campaigns --json`: the table's columns."""
+    best = repo.best_trial(c)
+    return {"deployment": c.deployment.name, "campaign": c.name, "study": c.study_name,
+            "status": c.status, "backend": c.backend, "screen_backend": c.screen_backend,
+            "trials": len(c.trials),
+            "best_search_output_tok_s": best.capacity_output_tok_s if best else None,
+            "gpu_hours": c.gpu_hours or 0.0, "stop_reason": c.stop_reason,
+            "started_at": _time(c.started_at), "finished_at": _time(c.finished_at),
+            "period": c.period, "decision": c.decision, "decision_note": c.decision_note}
+
+
+def report_written(data: Any, index: Path) -> dict[str, Any]:
+    return {"campaign": data.campaign, "deployment": data.deployment, "study": data.study_name,
+            "trials": len(data.trials), "out_dir": str(index.parent), "index": str(index)}
