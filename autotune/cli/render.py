@@ -106,7 +106,8 @@ def comparison_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
     measurement is shown for what it is."""
     confirmed = bool(rows) and rows[0][1].get("confirmed") is not None
     table = Table(title="Winner beside the baselines" + (
-        " (confirmed: the same re-runs and seeds for each)" if confirmed
+        " (confirmed: mean ± sd over re-runs with the same seeds; gains from those only)"
+        if confirmed
         else " (single search measurements: no confirmation ran)"), title_justify="left")
     table.add_column("")
     for label, _ in rows:
