@@ -26,7 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from autotune.errors import StorageError
-from autotune.publish import utc
+from autotune.publish import capacity_figures, utc
 from autotune.storage import repo
 from autotune.storage.db import session_scope
 
@@ -73,8 +73,13 @@ class PublishedConfigs(Collector):
                                 labels=("deployment",))
         capacity = GaugeMetricFamily(
             "autotune_published_capacity_output_tokens_per_second",
-            "Measured capacity under the SLO of the current published config.",
+            "Capacity under the SLO of the current published config: its confirmed mean, or "
+            "its single search measurement where it was not confirmed.",
             labels=("deployment",))
+        lcb = GaugeMetricFamily(
+            "autotune_published_capacity_lcb_output_tokens_per_second",
+            "One-sided 90% lower confidence bound of the current published config's confirmed "
+            "capacity (only for a confirmed config).", labels=("deployment",))
         published = GaugeMetricFamily("autotune_published_timestamp_seconds",
                                       "When the current config was published (Unix time).",
                                       labels=("deployment",))
@@ -85,10 +90,13 @@ class PublishedConfigs(Collector):
                 with session_scope(engine) as session:
                     for pub in repo.current_publications(session):
                         name = pub.deployment.name
+                        figures = capacity_figures(pub)
                         info.add_metric([name], {"period": pub.period_label,
                                                  "campaign": pub.campaign.name,
                                                  "trial": str(pub.trial.number)})
-                        capacity.add_metric([name], pub.trial.capacity_output_tok_s)
+                        capacity.add_metric([name], figures["capacity_output_tok_s"])
+                        if figures["confirmed_lcb_output_tok_s"] is not None:
+                            lcb.add_metric([name], figures["confirmed_lcb_output_tok_s"])
                         published.add_metric([name], utc(pub.published_at).timestamp())
                 ok = 1.0
             except (SQLAlchemyError, StorageError) as exc:
@@ -96,7 +104,7 @@ class PublishedConfigs(Collector):
         up.add_metric([], ok)
         yield up
         if ok:
-            yield from (info, capacity, published)
+            yield from (info, capacity, lcb, published)
 
 
 class RequestMetrics:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -34,7 +34,21 @@ class HistoryEntry(BaseModel):
     published_at: str
     published_by: str
     note: str | None
-    capacity_output_tok_s: float
+    capacity_output_tok_s: float = Field(
+        description="Capacity under the SLO: the confirmed mean over the confirmation re-runs "
+                    "where the config was confirmed, else the search's single measurement "
+                    "(capacity_basis says which).")
+    capacity_basis: Literal["confirmed_mean", "search_measurement"] = Field(
+        description="What capacity_output_tok_s is.")
+    search_output_tok_s: float = Field(
+        description="The search's single measurement of the config (picked for being high).")
+    confirmed_mean_output_tok_s: float | None = Field(
+        None, description="Mean capacity over the confirmation re-runs; null if not confirmed.")
+    confirmed_std_output_tok_s: float | None = Field(
+        None, description="Sample standard deviation over the re-runs.")
+    confirmed_lcb_output_tok_s: float | None = Field(
+        None, description="One-sided 90% lower confidence bound of the mean: what chose it.")
+    confirmed_runs: int | None = Field(None, description="Re-runs that count (not lost).")
     engine_args: dict[str, Any]
 
 

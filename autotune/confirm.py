@@ -1,8 +1,9 @@
 """Winner confirmation: re-run the best configs with other arrival seeds and pick by a lower
 confidence bound, so a lucky single measurement does not become the published config.
 
-After the search, the top K feasible configs (distinct configs, by their search capacity) and
-the incumbent (when the campaign re-measured one and it met the SLO) are each run R more times,
+After the search, the top K feasible configs (distinct configs, by their search capacity), the
+incumbent (when the campaign re-measured one and it met the SLO) and the baselines that met the
+SLO in the search are each run R more times, all with the same seeds,
 through the same executor as the trials, with replay seeds the search did not use (on the
 simulator the seed draws its run-to-run jitter; on real engines it picks the synthesised prompt
 ids). The search measurement itself is not a sample: it was selected for being high, so it is
@@ -117,8 +118,10 @@ class TrialRow:
 def candidates(trials: Sequence[TrialRow], top: int, *,
                include_roles: tuple[str, ...] = (Role.INCUMBENT,)) -> list[Candidate]:
     """The top `top` distinct feasible configs by search capacity, plus the first trial of
-    each of `include_roles` (the incumbent; a path's single config) when it was feasible and is
-    not among them: the winner must beat what it would replace under the same seeds."""
+    each of `include_roles` (the incumbent, the baselines, a path's single config) when it was
+    feasible and is not among them: the winner must beat what it would replace, and its gains
+    are measured, under the same seeds. A rule-rejected, failed or SLO-missing baseline is not
+    confirmed: it has no capacity to confirm."""
     firsts = [t for t in trials if t.feasible and t.state == RecordState.MEASURED and t.repeat_of is None]
     firsts.sort(key=lambda t: (-t.capacity_output_tok_s, t.number))
     picked: list[Candidate] = []

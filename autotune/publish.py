@@ -71,6 +71,26 @@ def publish_campaign(session: Session, campaign_name: str, *, deployment: str | 
                         published_by=published_by, note=note)
 
 
+CONFIRMED_MEAN, SEARCH_MEASUREMENT = "confirmed_mean", "search_measurement"
+
+
+def capacity_figures(pub: Publication) -> dict[str, Any]:
+    """The published config's capacity: its confirmed mean where its campaign confirmed it
+    (so publications made before this was published read the same), else the search's single
+    measurement, with `capacity_basis` saying which."""
+    conf = repo.confirmation_of(pub.campaign, pub.trial.engine_config)
+    search = pub.trial.capacity_output_tok_s
+    return {
+        "capacity_output_tok_s": conf.mean_output_tok_s if conf is not None else search,
+        "capacity_basis": CONFIRMED_MEAN if conf is not None else SEARCH_MEASUREMENT,
+        "search_output_tok_s": search,
+        "confirmed_mean_output_tok_s": conf.mean_output_tok_s if conf is not None else None,
+        "confirmed_std_output_tok_s": conf.std_output_tok_s if conf is not None else None,
+        "confirmed_lcb_output_tok_s": conf.lcb_output_tok_s if conf is not None else None,
+        "confirmed_runs": conf.n if conf is not None else None,
+    }
+
+
 def config_document(pub: Publication) -> dict[str, Any]:
     """The published config as services read it: engine args, the CLI list and the YAML."""
     config = EngineConfig(**pub.engine_config)
@@ -82,7 +102,7 @@ def config_document(pub: Publication) -> dict[str, Any]:
         "published_at": utc(pub.published_at).isoformat(),
         "published_by": pub.published_by,
         "note": pub.note,
-        "capacity_output_tok_s": pub.trial.capacity_output_tok_s,
+        **capacity_figures(pub),
         "slo": pub.campaign.slo,
         "model": pub.deployment.model,
         "engine_args": config.explicit(),

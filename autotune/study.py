@@ -6,9 +6,9 @@ A config that breaks an interaction rule is told as infeasible without starting 
 Measured configs run on the executor, at most `slots` at a time; each outcome is told to Optuna
 with its constraint values and written to the project's tables, with the GPU time it cost. The
 search stops at max_trials, or when the budget (GPU-hours, deadline) is spent; then the best
-configs are confirmed (autotune.confirm) on the same executor. A multi-fidelity campaign
-screens on the simulator first and measures its best configs for real in between
-(autotune.multifidelity).
+configs, the incumbent and the baselines are confirmed (autotune.confirm) on the same executor,
+all with the same seeds. A multi-fidelity campaign screens on the simulator first and measures
+its best configs for real in between (autotune.multifidelity).
 
 Comparison configs (`CampaignRequest.compare`, e.g. a per-path campaign's single whole-trace
 config, autotune.per_path) are then measured with the confirmation's seeds on this campaign's
@@ -400,8 +400,9 @@ class StudyController:
         return self.request.budget.spent(self.gpu_hours, time.time())
 
     def _confirm(self, campaign_id: int, study: optuna.Study) -> None:
-        """Re-run the best configs (and the incumbent) with other seeds, then measure the
-        comparison configs; store the results and why the search stopped in one transaction."""
+        """Re-run the best configs, the incumbent and the baselines with the same other seeds,
+        then measure the comparison configs; store the results and why the search stopped in
+        one transaction."""
         r = self.request
         confirmed: list[confirm.Confirmed] = []
         template = TrialSpec(study_name=r.study_name, trial_number=0,
@@ -415,8 +416,11 @@ class StudyController:
                                      capacity_output_tok_s=t.capacity_output_tok_s,
                                      config=dict(t.config), repeat_of=t.repeat_of)
                     for t in self.records if t.fidelity == r.backend]  # never a screening one
+            # The baselines too, with the same seeds: every gain is then confirmed against
+            # confirmed (autotune.gains), never against one search draw.
             chosen = confirm.candidates(rows, r.confirm.top,
-                                        include_roles=(Role.INCUMBENT, Role.SINGLE_CONFIG))
+                                        include_roles=(Role.INCUMBENT, Role.SINGLE_CONFIG,
+                                                       *BASELINES))
             confirmed = confirm.run(self.executor, template, chosen, r.confirm)
         compared = self._compare(template)
         if self._lease is not None:

@@ -83,9 +83,11 @@ def _check_campaign(db_url: str) -> None:
                   env=env)
     assert pub.returncode == 0, pub.stderr
     # The published config is the confirmed winner (best lower confidence bound over 3 re-runs
-    # of the top 3, run on the same Ray executor), not necessarily the best single measurement.
+    # of the top 3 and the baselines, run on the same Ray executor, all with the same seeds),
+    # not necessarily the best single measurement.
     confirmed = _confirmations(db_url)
-    assert len(confirmed) == 3 and all(c.n == 3 for c in confirmed)
+    assert len(confirmed) >= 3 and all(c.n == 3 for c in confirmed)
+    assert len({tuple(c.seeds) for c in confirmed}) == 1
     winner_id = next(c.trial_id for c in confirmed if c.winner)
     best = next(t for t in trials if t.id == winner_id)
 

@@ -39,7 +39,8 @@ def current_config(name: Name, session: SessionDep, request: Request,
     """The deployment's current published config."""
     pub_id, published_at = repo.current_publication_key(session, repo.get_deployment(session, name))
     # A publication never changes (a new config, or a rollback, is a new one), nor do the
-    # deployment, campaign and trial its document reads; so its id and time (a recreated
+    # deployment, campaign, trial and confirmation (written before the campaign completes,
+    # and only a completed one is published) its document reads; so its id and time (a recreated
     # database may reuse ids) and the server's version name the document, and a revalidation
     # costs two small queries, not the whole document.
     key = f"{__version__}:{name}:{pub_id}:{utc(published_at).isoformat()}"

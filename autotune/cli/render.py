@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from autotune import gains
 from autotune.parallelism import Strategy
 from autotune.study import CampaignRequest, Observer, TrialRecord
 from autotune.vocabulary import RecordState
@@ -100,22 +101,49 @@ def confirmation_table(rows: list[Any]) -> Table:
 
 
 def comparison_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
-    """The winner beside the baselines: one column per config."""
-    table = Table(title="Winner beside the baselines", title_justify="left")
+    """The winner beside the baselines: one column per config. Where the winner was confirmed,
+    capacities and gains are the confirmed ones (autotune.gains); the search's single
+    measurement is shown for what it is."""
+    confirmed = bool(rows) and rows[0][1].get("confirmed") is not None
+    table = Table(title="Winner beside the baselines" + (
+        " (confirmed: mean ± sd over re-runs with the same seeds; gains from those only)"
+        if confirmed
+        else " (single search measurements: no confirmation ran)"), title_justify="left")
     table.add_column("")
     for label, _ in rows:
         table.add_column(label, justify="right")
-    best = rows[0][1]["capacity"] if rows else 0.0
 
     def line(name: str, fn: Any) -> None:
         table.add_row(name, *(fn(r) for _, r in rows))
 
+    def capacity(r: dict[str, Any]) -> str:
+        runs = r.get("confirmed")
+        if runs is not None:
+            return f"{runs.mean_output_tok_s:,.0f} ± {runs.std_output_tok_s:,.0f}"
+        if not r["feasible"]:
+            return f"- ({r['failure'] or 'slo miss'})"
+        return f"{r['capacity']:,.0f}" + (" (search)" if confirmed else "")
+
+    def is_winner(r: dict[str, Any]) -> bool:
+        return r is rows[0][1]
+
     line("trial", lambda r: str(r["number"]))
-    line("capacity (output tok/s)", lambda r: f"{r['capacity']:,.0f}" if r["feasible"] else
-         f"- ({r['failure'] or 'slo miss'})")
-    line("winner's gain over it", lambda r: (
-        "-" if r is rows[0][1] else f"{(best / r['capacity'] - 1) * 100:+.1f}%"
-        if r["feasible"] and r["capacity"] else "-"))
+    if confirmed:
+        line("capacity (output tok/s): mean ± sd", capacity)
+        line("confirmed LCB (output tok/s)", lambda r: f"{r['confirmed'].lcb_output_tok_s:,.0f}"
+             if r.get("confirmed") else "-")
+        line("search measurement (1 run)", lambda r: f"{r['capacity']:,.0f}" if r["feasible"]
+             else "-")
+        line("winner's gain: mean (90% CI)", lambda r: "-" if is_winner(r) or not r.get("gain")
+             else gains.mean_text(r["gain"]))
+        line("winner's gain: at its LCB", lambda r: "-" if is_winner(r) or not r.get("gain")
+             else f"{r['gain'].lcb_pct:+.1f}%")
+        line("confirmation", lambda r: f"{r['confirmed'].n} runs" if r.get("confirmed")
+             else r.get("not_confirmed") or "-")
+    else:
+        line("capacity (output tok/s)", capacity)
+        line("winner's gain over it", lambda r: "-" if is_winner(r) or r.get("single_gain") is None
+             else f"{r['single_gain']:+.1f}%")
     for key, label in (("ttft_p99_ms", "TTFT p99 (ms)"), ("tpot_p99_ms", "TPOT p99 (ms)"),
                        ("itl_p99_ms", "ITL p99 (ms)"), ("e2e_p99_ms", "E2E p99 (ms)")):
         line(label, lambda r, k=key: _ms((r["latency"] or {}).get(k)))

@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
+from autotune import gains
 from autotune.baselines import BASELINES
 from autotune.cli.render import comparison_table, confirmation_table, trial_table
 from autotune.engine_config import EngineConfig
@@ -20,9 +21,52 @@ from autotune.study import TrialRecord
 from autotune.vocabulary import RecordState
 
 
-def _row(t: Trial) -> dict[str, Any]:
+def _row(t: Trial, campaign: Campaign) -> dict[str, Any]:
+    """One column of the comparison: the search trial, and its config's confirmation runs."""
+    conf = repo.confirmation_of(campaign, t.engine_config)
     return {"number": t.number, "capacity": t.capacity_output_tok_s, "feasible": t.feasible,
-            "failure": t.failure_class, "latency": t.latency, "config": t.engine_config}
+            "failure": t.failure_class, "latency": t.latency, "config": t.engine_config,
+            "confirmed": gains.Runs.of(conf) if conf is not None else None,
+            "not_confirmed": None if conf is not None else gains.not_confirmed(
+                t.state, t.feasible, t.failure_class, bool(campaign.confirmations))}
+
+
+def with_gains(rows: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    """The winner's (first row's) gain over each other row: from confirmed figures where the
+    winner was confirmed (none over an unconfirmed one), else from single measurements."""
+    win = rows[0][1]
+    for _, r in rows[1:]:
+        if win["confirmed"] is not None:
+            r["gain"] = (gains.gain(win["confirmed"], r["confirmed"])
+                         if r["confirmed"] is not None else None)
+        else:
+            r["single_gain"] = (gains.single_gain_pct(win["capacity"], r["capacity"])
+                                if r["feasible"] else None)
+    return rows
+
+
+def gain_lines(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """The headline: the winner's gain over each baseline, saying which figures it is from."""
+    win = rows[0][1]
+    if len(rows) < 2:
+        return []
+    if win["confirmed"] is None:
+        return ["Winner's gain from single search measurements (no confirmation ran, so not "
+                "checked against run-to-run noise): " + ", ".join(
+                    f"{r['single_gain']:+.1f}% over {label}" if r.get("single_gain") is not None
+                    else f"none over {label} ({r['failure'] or 'slo miss'})"
+                    for label, r in rows[1:])]
+    runs = win["confirmed"]
+    lines = [f"Winner's gain, confirmed ({runs.n} runs each, seeds "
+             f"{', '.join(map(str, runs.seeds))}):"]
+    for label, r in rows[1:]:
+        if r.get("gain") is not None:
+            lines.append(f"  {gains.headline(r['gain'], label)}")
+        elif r["confirmed"] is not None:
+            lines.append(f"  over {label}: none to give (it missed the SLO in every re-run)")
+        else:
+            lines.append(f"  over {label}: none to give ({r['not_confirmed']})")
+    return lines
 
 
 def _record(t: Trial) -> TrialRecord:
@@ -56,12 +100,14 @@ def print_campaign_result(console: Console, campaign: Campaign, url: str) -> Non
         console.print("[bold red]No feasible trial:[/] no config met the SLO "
                       f"{campaign.slo}; loosen it or widen the search space.")
         return
-    rows = [("winner", _row(best))]
+    rows = [("winner", _row(best, campaign))]
     for role in BASELINES:
         base = [t for t in trials if t.role == role]
         if base:
-            rows.append((role, _row(base[0])))
-    console.print(comparison_table(rows))
+            rows.append((role, _row(base[0], campaign)))
+    console.print(comparison_table(with_gains(rows)))
+    for line in gain_lines(rows):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     console.print("Winner's engine arguments:")
     console.print("  " + " ".join(EngineConfig(**best.engine_config).to_cli_args()),
                   soft_wrap=True)

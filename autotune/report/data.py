@@ -7,12 +7,13 @@ rendered (and tested) without a session open.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy.orm import Session
 
+from autotune import gains
 from autotune import optuna_keys as keys
 from autotune.baselines import BASELINES, effective_values
 from autotune.engine_config import EngineConfig
@@ -75,6 +76,13 @@ class ConfigColumn:
     latency_p99_ms: dict[str, float | None]
     effective_config: dict[str, Any]  # vLLM's defaults filled in, so only real differences show
     failure_class: str | None = None
+    # Its config's confirmation runs in this campaign (None: not confirmed here, and why).
+    confirmed: gains.Runs | None = None
+    not_confirmed: str | None = None
+    # The winner's gain over it: from confirmed figures where the winner was confirmed (None
+    # over an unconfirmed column), else single_gain_pct from the search measurements.
+    gain: gains.Gain | None = None
+    single_gain_pct: float | None = None
 
 
 @dataclass(frozen=True)
@@ -168,15 +176,41 @@ def _confirmation(c: Confirmation) -> ReportConfirmation:
 
 
 def _column(label: str, source: str, t: Trial, config: dict[str, Any],
-            campaign: Campaign) -> ConfigColumn:
+            campaign: Campaign, *, other_campaign: bool = False) -> ConfigColumn:
+    """`other_campaign`: `t` was measured by another campaign (the incumbent's publication);
+    only this campaign's own confirmation of the config compares like for like."""
     spec = repo.spec_of(campaign.deployment)
     lat = t.latency or {}
+    conf = repo.confirmation_of(campaign, config)
+    why = None
+    if conf is None:
+        why = ("not re-measured in this campaign" if other_campaign
+               else gains.not_confirmed(t.state, t.feasible, t.failure_class,
+                                        bool(campaign.confirmations)))
     return ConfigColumn(label=label, source=source, feasible=t.feasible,
                         capacity_output_tok_s=t.capacity_output_tok_s,
                         latency_p99_ms={k: _float(lat.get(k)) for k in LATENCY_KEYS},
                         effective_config=_with_layout(effective_values(EngineConfig(**config),
                                                                        spec)),
-                        failure_class=t.failure_class)
+                        failure_class=t.failure_class,
+                        confirmed=gains.Runs.of(conf) if conf is not None else None,
+                        not_confirmed=why)
+
+
+def _with_gains(columns: list[ConfigColumn]) -> tuple[ConfigColumn, ...]:
+    """The winner's (first column's) gain over each other column."""
+    if not columns or columns[0].label != "winner":
+        return tuple(columns)
+    win, out = columns[0], [columns[0]]
+    for c in columns[1:]:
+        if win.confirmed is not None:
+            c = replace(c, gain=gains.gain(win.confirmed, c.confirmed)
+                        if c.confirmed is not None else None)
+        elif c.feasible:
+            c = replace(c, single_gain_pct=gains.single_gain_pct(win.capacity_output_tok_s,
+                                                                 c.capacity_output_tok_s))
+        out.append(c)
+    return tuple(out)
 
 
 def _with_layout(effective: dict[str, Any]) -> dict[str, Any]:
@@ -207,13 +241,14 @@ def _comparison(session: Session, campaign: Campaign) -> tuple[ConfigColumn, ...
         where = "this campaign" if pub.campaign_id == campaign.id else f"campaign {pub.campaign.name}"
         source = (f"{pub.period_label}: {where}, trial {pub.trial.number}, published "
                   f"{pub.published_at:%Y-%m-%d}")
-        columns.append(_column(Role.INCUMBENT, source, pub.trial, pub.engine_config, campaign))
+        columns.append(_column(Role.INCUMBENT, source, pub.trial, pub.engine_config, campaign,
+                               other_campaign=pub.campaign_id != campaign.id))
     for role in BASELINES:
         base = next((t for t in repo.measured_trials(campaign) if t.role == role), None)
         if base is not None:
             columns.append(_column(role, f"trial {base.number}", base, base.engine_config,
                                    campaign))
-    return tuple(columns)
+    return _with_gains(columns)
 
 
 def importances(storage_url: str, study_name: str, fidelity: str | None = None) -> Importances:

@@ -11,9 +11,10 @@ from typing import Any
 
 import jinja2
 
+from autotune import gains
 from autotune.report.data import LATENCY_KEYS, CampaignReport, ConfigColumn, ReportTrial
 from autotune.storage import repo
-from autotune.vocabulary import FailureClass, RecordState
+from autotune.vocabulary import FailureClass, RecordState, Role
 
 _TEMPLATES = jinja2.Environment(
     loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
@@ -95,16 +96,54 @@ def _summary(report: CampaignReport) -> list[tuple[str, str]]:
         ("Spent", _spent(report)),
         ("Winner", _winner(report)),
     ]
+    headline = gain_summary(report)
+    if headline is not None:
+        rows.append(("Gain", headline))
     if report.decision is not None:
         rows.append(("Decision", f"{report.period or '-'}: {report.decision}: "
                                  f"{report.decision_note or '(no note)'}"))
     return rows
 
 
-def _gain(best: ConfigColumn, other: ConfigColumn) -> str:
-    if other is best or not (other.feasible and other.capacity_output_tok_s):
-        return "-"
-    return f"{(best.capacity_output_tok_s / other.capacity_output_tok_s - 1) * 100:+.1f}%"
+def _capacity(c: ConfigColumn, confirmed: bool) -> str:
+    """Its confirmed mean ± sd where it was confirmed, else its search measurement."""
+    if c.confirmed is not None:
+        return f"{c.confirmed.mean_output_tok_s:,.0f} ± {c.confirmed.std_output_tok_s:,.0f}"
+    if not c.feasible:
+        return f"- ({c.failure_class or FailureClass.SLO_MISS})"
+    return _num(c.capacity_output_tok_s) + (" (search)" if confirmed else "")
+
+
+def _gain_rows(columns: list[ConfigColumn], confirmed: bool) -> list[dict[str, Any]]:
+    """The winner's gain over each column, saying which figures it is from."""
+    if columns[0].label != "winner":
+        return []
+    if not confirmed:
+        return [{"name": "winner's gain over it (single measurements)", "diff": False,
+                 "cells": ["-" if c.single_gain_pct is None else f"{c.single_gain_pct:+.1f}%"
+                           for c in columns]}]
+    return [{"name": "winner's gain: confirmed mean (90% CI)", "diff": False,
+             "cells": ["-" if c.gain is None else gains.mean_text(c.gain) for c in columns]},
+            {"name": "winner's gain: at its LCB", "diff": False,
+             "cells": ["-" if c.gain is None else f"{c.gain.lcb_pct:+.1f}%" for c in columns]}]
+
+
+def gain_summary(report: CampaignReport) -> str | None:
+    """The headline of the summary: the winner's gain over vLLM's defaults, and its basis."""
+    columns = list(report.comparison)
+    base = next((c for c in columns if c.label == Role.VLLM_DEFAULT), None)
+    if not columns or columns[0].label != "winner" or base is None:
+        return None
+    win = columns[0].confirmed
+    if win is not None:
+        if base.gain is not None:
+            return (gains.headline(base.gain, "vLLM's defaults") + f"; runs per config: "
+                    f"{win.n}, seeds {', '.join(map(str, win.seeds))}")
+        return f"none to give over vLLM's defaults ({base.not_confirmed or 'confirmed mean 0'})"
+    if base.single_gain_pct is None:
+        return None
+    return (f"{base.single_gain_pct:+.1f}% over vLLM's defaults, from single search "
+            "measurements (no confirmation ran: not checked against run-to-run noise)")
 
 
 def _confirmations(report: CampaignReport) -> list[dict[str, Any]]:
@@ -121,13 +160,21 @@ def _comparison(columns: list[ConfigColumn]) -> dict[str, Any]:
     arguments where the columns differ (the rest named once, under the table)."""
     if not columns:
         return {"labels": [], "rows": [], "same": ""}
+    confirmed = columns[0].label == "winner" and columns[0].confirmed is not None
     rows = [{"name": "measured as", "cells": [c.source for c in columns], "diff": False},
-            {"name": "capacity (output tok/s)", "diff": False, "cells": [
-                _num(c.capacity_output_tok_s) if c.feasible
-                else f"- ({c.failure_class or FailureClass.SLO_MISS})" for c in columns]}]
-    if columns[0].label == "winner":
-        rows.append({"name": "winner's gain over it", "diff": False,
-                     "cells": [_gain(columns[0], c) for c in columns]})
+            {"name": "capacity (output tok/s)" + (": confirmed mean ± sd" if confirmed else ""),
+             "diff": False, "cells": [_capacity(c, confirmed) for c in columns]}]
+    if confirmed:
+        rows += [{"name": "confirmed LCB (output tok/s)", "diff": False,
+                  "cells": [_num(c.confirmed.lcb_output_tok_s) if c.confirmed else "-"
+                            for c in columns]},
+                 {"name": "search measurement (1 run)", "diff": False,
+                  "cells": [_num(c.capacity_output_tok_s) if c.feasible else "-"
+                            for c in columns]},
+                 {"name": "confirmation", "diff": False,
+                  "cells": [f"{c.confirmed.n} runs, seeds {', '.join(map(str, c.confirmed.seeds))}"
+                            if c.confirmed else c.not_confirmed or "-" for c in columns]}]
+    rows += _gain_rows(columns, confirmed)
     rows += [{"name": key, "diff": False,
               "cells": [_num(c.latency_p99_ms.get(key)) for c in columns]} for key in LATENCY_KEYS]
     names = list(dict.fromkeys(k for c in columns for k in c.effective_config))

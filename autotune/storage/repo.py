@@ -122,6 +122,12 @@ def choose_winner(campaign: Campaign) -> Winner:
     return Winner(BEST_SINGLE, best) if best is not None else Winner(NO_FEASIBLE)
 
 
+def confirmation_of(campaign: Campaign, config: dict[str, Any]) -> Confirmation | None:
+    """The campaign's confirmation of this config: a baseline equal to a top config shares its
+    runs (candidates are distinct configs), so it is found by config, not by trial."""
+    return next((c for c in campaign.confirmations if c.engine_config == config), None)
+
+
 def add_trial(session: Session, campaign: Campaign, **values: Any) -> Trial:
     values.setdefault("fidelity", campaign.backend)
     trial = Trial(campaign_id=campaign.id, finished_at=now(), **values)
