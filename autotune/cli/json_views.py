@@ -3,7 +3,8 @@
 Capacities are output tokens per second, named by the figure they are: `search` (the one
 measurement of the search), `confirmed_mean` and `confirmed_lcb` (mean and 90% lower confidence
 bound over the confirmation re-runs; null where the config was not confirmed). A gain is in
-percent, the winner's figure over the other config's same figure.
+percent over the other config: `search` from the two single measurements, the confirmed ones as
+autotune.gains computes them (like with like: the same seeds).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from autotune import gains
 from autotune.baselines import BASELINES
 from autotune.engine_config import EngineConfig
 from autotune.publish import utc
@@ -28,7 +30,8 @@ def _time(value: datetime | None) -> str | None:
 
 
 def _confirmation(campaign: Campaign, trial: Trial) -> Confirmation | None:
-    return next((c for c in campaign.confirmations if c.trial_id == trial.id), None)
+    """A baseline equal to a finalist shares its runs: found by config (repo.confirmation_of)."""
+    return repo.confirmation_of(campaign, dict(trial.engine_config))
 
 
 def _capacity(trial: Trial, conf: Confirmation | None) -> dict[str, float | None]:
@@ -39,6 +42,21 @@ def _capacity(trial: Trial, conf: Confirmation | None) -> dict[str, float | None
 
 def _gain_pct(winner: float | None, other: float | None) -> float | None:
     return None if not winner or not other else 100.0 * (winner / other - 1.0)
+
+
+def _gains(win_trial: Trial, win_conf: Confirmation | None, base_trial: Trial,
+           base_conf: Confirmation | None) -> dict[str, float | None]:
+    """The winner's gain over a baseline in percent: from the search's single measurements,
+    and from the confirmation runs (autotune.gains: on the mean, its 90% CI half-width, and
+    the winner's LCB over the baseline's mean) where both were confirmed."""
+    confirmed = (gains.gain(gains.Runs.of(win_conf), gains.Runs.of(base_conf))
+                 if win_conf is not None and base_conf is not None else None)
+    return {"search": _gain_pct(win_trial.capacity_output_tok_s if win_trial.feasible else None,
+                                base_trial.capacity_output_tok_s if base_trial.feasible
+                                else None),
+            "confirmed_mean": confirmed.mean_pct if confirmed else None,
+            "confirmed_mean_ci": confirmed.mean_ci_pct if confirmed else None,
+            "confirmed_lcb": confirmed.lcb_pct if confirmed else None}
 
 
 def _config(trial: Trial) -> dict[str, Any]:
@@ -55,19 +73,20 @@ def campaign_result(session: Session, campaign: Campaign, *,
     measured = [t for t in trials if t.state != RecordState.REJECTED]
     chosen = repo.choose_winner(campaign)
     winner: dict[str, Any] | None = None
-    win_cap: dict[str, float | None] = {}
+    win_conf = _confirmation(campaign, chosen.trial) if chosen.trial is not None else None
     if chosen.trial is not None:
-        win_cap = _capacity(chosen.trial, _confirmation(campaign, chosen.trial))
-        winner = {**_config(chosen.trial), "capacity_output_tok_s": win_cap}
+        winner = {**_config(chosen.trial),
+                  "capacity_output_tok_s": _capacity(chosen.trial, win_conf)}
     baselines = []
     for role in BASELINES:
         base = next((t for t in trials if t.role == role), None)
         if base is None:
             continue
-        cap = _capacity(base, _confirmation(campaign, base))
-        baselines.append({**_config(base), "capacity_output_tok_s": cap, "winner_gain_pct": {
-            figure: _gain_pct(win_cap.get(figure), cap[figure]) if winner else None
-            for figure in ("search", "confirmed_mean")}})
+        conf = _confirmation(campaign, base)
+        baselines.append({
+            **_config(base), "capacity_output_tok_s": _capacity(base, conf),
+            "winner_gain_pct": (_gains(chosen.trial, win_conf, base, conf)
+                                if chosen.trial is not None else None)})
     pub = session.scalars(select(Publication).where(Publication.campaign_id == campaign.id)
                           .order_by(Publication.id.desc())).first()
     budget = campaign.budget or {}
