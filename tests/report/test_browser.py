@@ -201,7 +201,17 @@ def test_dashboard_lists_the_study_and_its_trials(browser: Any, report_db: Repor
     _reveal(browser, "failure_class")
     _screenshot(browser, f"dashboard-trial-{winner}-winner")
 
-    # The study's history page draws (plotly) from the same trials.
+    # A rule-rejected trial: Complete with value 0 to Optuna, but its page says it was not
+    # measured, in the note above everything and as its outcome.
+    rejected = report_db.rejected_trials[0]
+    browser.get(f"{dashboard}/dashboard/studies/{study_id}/trials?numbers={rejected}")
+    body = _wait(browser, _body_with(f"Trial {rejected} (trial_id=", "Rejected, not measured",
+                                     "outcome"), f"rejected trial {rejected}'s page")
+    assert "outcome rejected" in body and "failure_class rule_violation" in body
+    _screenshot(browser, f"dashboard-trial-{rejected}-rejected")
+
+    # The study's history page draws (plotly) from the same trials, the objective named.
     browser.get(f"{dashboard}/dashboard/studies/{study_id}")
     _wait(browser, lambda d: d.find_elements("css selector", ".js-plotly-plot"), "the history plot")
+    _wait(browser, _body_with("output tok/s at capacity"), "the objective's name")
     _screenshot(browser, "dashboard-history")
