@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from autotune import catalogue
 from autotune.deployment import DeploymentSpec
 from autotune.errors import ConfigError, NotFoundError
 from autotune.storage.models import (
@@ -134,8 +135,6 @@ def served_model(dep: Deployment) -> str | None:
     """The `model` a deployment's published YAML names: the path or id its real engines loaded,
     else its catalogue model's Hugging Face id; None where neither is known (tiny-llama tuned
     on the simulator only)."""
-    from autotune import catalogue
-
     return dep.model_path or catalogue.model(dep.model).hf_id or None
 
 
