@@ -9,6 +9,7 @@ from fastapi import Depends, FastAPI
 from sqlalchemy import Engine
 
 from api.deps import require_reader
+from api.docs import install_docs
 from api.errors import CatchUnhandled, install_error_handlers
 from api.metrics import ApiMetrics, RequestMetrics
 from api.routes import campaigns, deployments, health, metrics
@@ -26,7 +27,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         yield
         app.state.engine.dispose()
 
+    # The docs pages are our own (api/docs.py): FastAPI's load their scripts from CDNs.
     app = FastAPI(title="autotune", version=__version__, lifespan=lifespan,
+                  docs_url=None, redoc_url=None,
                   description="Published vLLM serving configs, tuned for capacity under a P99 SLO. "
                               "Every error is `{\"error\": {\"type\", \"message\"}}`.")
     app.state.settings = settings
@@ -43,6 +46,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Probes stay open; reads (and the metrics, which name deployments) need the token only
     # with AUTOTUNE_API__PROTECT_READS, and only then does the OpenAPI document say so.
     reads = [Depends(require_reader)] if settings.api.protect_reads else []
+    install_docs(app)
     app.include_router(health.router)
     app.include_router(metrics.router, dependencies=reads)
     app.include_router(deployments.router, dependencies=reads)

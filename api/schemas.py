@@ -55,7 +55,10 @@ class HistoryEntry(BaseModel):
 class ConfigResponse(HistoryEntry):
     deployment: str
     slo: dict[str, float]
-    model: str
+    model: str = Field(description="The catalogue model the deployment was tuned for.")
+    served_model: str | None = Field(None, description="What `yaml` names as `model`: the path "
+                                     "or id the deployment's real engines loaded, else the "
+                                     "model's Hugging Face id; null where neither is known.")
     cli_args: list[str]
     yaml: str
 

@@ -77,6 +77,10 @@ class Model:
     dense_quant: str = "bf16"
     expert_quant: str = "bf16"
     quant_block: int = 0  # the block of a block-wise quantisation (128); 0 = none
+    # The checkpoint's Hugging Face id, as vLLM's recipe (vllm-project/recipes,
+    # models/<org>/<model>.yaml) serves it: what a published config names as `model` when the
+    # deployment's campaigns loaded no other path. Empty for a model with none (tiny-llama).
+    hf_id: str = ""
 
     @property
     def moe_layers(self) -> int:
@@ -130,7 +134,8 @@ MODELS: dict[str, Model] = {
               qk_rope_head_dim=64, compress_ratios=_dsv4_ratios(43), sliding_window=128,
               index_head_dim=128, index_topk=512, num_experts=256, experts_per_token=6,
               moe_intermediate_size=2048, num_shared_experts=1, mtp=True,
-              dense_quant="fp8_block", expert_quant="fp4", quant_block=128),
+              dense_quant="fp8_block", expert_quant="fp4", quant_block=128,
+              hf_id="deepseek-ai/DeepSeek-V4-Flash"),
         Model("DeepSeek-V4-Pro", 1600, 49, 1.0, 0.53, 61, 7168, 129_280, 1_048_576,
               DSV4, 128, 1, 512, 0,
               "deepseek-ai/DeepSeek-V4-Pro config.json and model card: 61 layers, hidden 7168, "
@@ -140,7 +145,8 @@ MODELS: dict[str, Model] = {
               qk_rope_head_dim=64, compress_ratios=_dsv4_ratios(61), sliding_window=128,
               index_head_dim=128, index_topk=512, num_experts=384, experts_per_token=6,
               moe_intermediate_size=3072, num_shared_experts=1, mtp=True,
-              dense_quant="fp8_block", expert_quant="fp4", quant_block=128),
+              dense_quant="fp8_block", expert_quant="fp4", quant_block=128,
+              hf_id="deepseek-ai/DeepSeek-V4-Pro"),
         Model("DeepSeek-V3", 671, 37, 1.0, 1.0, 61, 7168, 129_280, 163_840,
               MLA, 128, 1, 192, 18_432,
               "deepseek-ai/DeepSeek-V3 config.json: 61 layers, hidden 7168, 128 heads, MLA "
@@ -150,15 +156,18 @@ MODELS: dict[str, Model] = {
               kv_lora_rank=512, qk_rope_head_dim=64, v_head_dim=128, num_experts=256,
               experts_per_token=8, moe_intermediate_size=2048, num_shared_experts=1,
               first_dense_layers=3, mtp=True, dense_quant="fp8_block",
-              expert_quant="fp8_block", quant_block=128),
+              expert_quant="fp8_block", quant_block=128, hf_id="deepseek-ai/DeepSeek-V3"),
         Model("Llama-3.1-8B", 8.03, 8.03, 2.0, 2.0, 32, 4096, 128_256, 131_072,
               GQA, 32, 8, 128, 14_336,
               "meta-llama/Llama-3.1-8B config.json: 32 layers, hidden 4096, 32 heads, 8 KV "
-              "heads of dim 128, MLP 14336, vocab 128256; BF16"),
+              "heads of dim 128, MLP 14336, vocab 128256; BF16",
+              # The recipe serves the Instruct model (the same architecture).
+              hf_id="meta-llama/Llama-3.1-8B-Instruct"),
         Model("Qwen3-8B", 8.19, 8.19, 2.0, 2.0, 36, 4096, 151_936, 40_960,
               GQA, 32, 8, 128, 12_288,
               "Qwen/Qwen3-8B config.json: 36 layers, hidden 4096, 32 heads, 8 KV heads of dim "
-              "128, MLP 12288, vocab 151936, max_position_embeddings 40960; BF16"),
+              "128, MLP 12288, vocab 151936, max_position_embeddings 40960; BF16",
+              hf_id="Qwen/Qwen3-8B"),
         Model("tiny-llama", 0.003, 0.003, 2.0, 2.0, 2, 256, 2_048, 4_096,
               GQA, 4, 2, 64, 1_024,
               "the tiny model `autotune models make-tiny` writes (autotune/tiny_model.py "

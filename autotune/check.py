@@ -48,15 +48,17 @@ class ConfigCheck:
                 "unchecked": self.unchecked, "config": self.config.explicit()}
 
 
+def _is_bool(name: str) -> bool:
+    fields = EngineConfig.model_fields
+    return name in fields and "bool" in str(fields[name].annotation)
+
+
 def parse_cli_args(args: list[str]) -> tuple[dict[str, Any], list[str]]:
     """`--flag value`, `--flag=value`, `--flag` / `--no-flag` (booleans) as engine arguments;
     flags autotune does not model are returned apart, unchecked."""
     values: dict[str, Any] = {}
     unknown: list[str] = []
     fields = EngineConfig.model_fields
-
-    def is_bool(name: str) -> bool:
-        return name in fields and "bool" in str(fields[name].annotation)
 
     i = 0
     while i < len(args):
@@ -67,11 +69,11 @@ def parse_cli_args(args: list[str]) -> tuple[dict[str, Any], list[str]]:
         name = flag.replace("-", "_")
         if name in REMOVED_ARGS:
             check_known_arg(name)  # raises with the reason
-        if name.startswith("no_") and is_bool(name[3:]) and not eq:
+        if name.startswith("no_") and _is_bool(name[3:]) and not eq:
             values[name[3:]] = False
             i += 1
             continue
-        if is_bool(name) and not eq:
+        if _is_bool(name) and not eq:
             values[name] = True
             i += 1
             continue
@@ -107,6 +109,9 @@ def read_config_file(path: Path) -> tuple[dict[str, Any], list[str]]:
             continue
         if name in REMOVED_ARGS:
             check_known_arg(name)
+        if name.startswith("no_") and _is_bool(name[3:]) and value is True:
+            values[name[3:]] = False  # `no-key: true`, as to_yaml writes a false boolean
+            continue
         if name not in EngineConfig.model_fields:
             unknown.append(str(key))
             continue

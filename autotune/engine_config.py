@@ -159,15 +159,27 @@ class EngineConfig(BaseModel):
                 args += [f"--{flag}", str(value)]
         return args
 
-    def to_yaml(self) -> str:
-        """A file for `vllm serve --config FILE`.
+    def to_yaml(self, model: str | None = None) -> str:
+        """A file for `vllm serve --config FILE`, naming `model` first where given.
 
-        Keys are kebab-case on purpose: vLLM turns `key: false` into `--no-key` only when that
-        option string exists, so a snake_case `enable_chunked_prefill: false` would be silently
-        dropped (seen in vLLM 0.32's FlexibleArgumentParser.load_config_file). A nested
-        mapping (speculative_config) stays a mapping: the loader turns it into JSON itself.
+        Keys are kebab-case, and a false boolean is written `no-key: true`: vLLM's
+        FlexibleArgumentParser.load_config_file (vllm/utils/argparse_utils.py, 0.32 to 0.34)
+        turns `key: false` into `--no-key` only when the parser reading the file has that
+        option, and under `vllm serve --config` the file is read by the top-level `vllm`
+        parser, which has none of the engine's: `key: false` would be silently dropped and the
+        engine would run its default. `no-key: true` becomes `--no-key` under every parser.
+        A nested mapping (speculative_config) stays a mapping: the loader turns it into JSON.
+        `model:` lets `vllm serve --config FILE` run with no positional model: vLLM 0.34's
+        FlexibleArgumentParser._pull_args_from_config (vllm/utils/argparse_utils.py) refuses
+        "No model specified!" without either, and a positional model given too wins over it.
         """
-        data = {name.replace("_", "-"): value for name, value in self.explicit().items()}
+        data: dict[str, Any] = {"model": model} if model else {}
+        for name, value in self.explicit().items():
+            flag = name.replace("_", "-")
+            if value is False:
+                data[f"no-{flag}"] = True
+            else:
+                data[flag] = value
         return yaml.safe_dump(data, sort_keys=False)
 
 

@@ -15,6 +15,9 @@ from autotune.metrics import slo_violations
 from autotune.records import TrialOutcome
 from autotune.slo import SLO
 
+# The study's one objective as the dashboard names it (Optuna's study.set_metric_names).
+OBJECTIVE_NAME = "output tok/s at capacity"
+
 
 def constraint_names(slo: SLO) -> list[str]:
     return [c.key for c in slo.ceilings] + ["error_rate", "engine_start", "interaction_rules"]

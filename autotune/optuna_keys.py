@@ -20,6 +20,10 @@ PINNED = "pinned"  # values the model requires, outside the search space
 ENGINE_CONFIG = "engine_config"  # the exact config an enqueued reference runs
 ENQUEUE_TAG = "enqueue_tag"  # which reference it is, so none is enqueued twice
 SCREEN_OF = "screen_of"  # the screening trial a real trial measures again
+# measured, rejected or failed (autotune.vocabulary.RecordState), as the trial's row says: a
+# rejected trial is COMPLETE with value 0 to Optuna (its samplers learn from complete trials'
+# constraints), and this is what tells it from a measured 0 in the dashboard.
+OUTCOME = "outcome"
 
 # Trial system attributes (autotune's bookkeeping, hidden from the dashboard).
 FIXED_PARAMS = "fixed_params"  # Optuna's own key: the parameters an enqueued trial must use

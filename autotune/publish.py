@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from autotune import catalogue
 from autotune.engine_config import EngineConfig
 from autotune.errors import ConfigError, NotFoundError
 from autotune.rules import engine_refusals
@@ -94,6 +95,9 @@ def capacity_figures(pub: Publication) -> dict[str, Any]:
 def config_document(pub: Publication) -> dict[str, Any]:
     """The published config as services read it: engine args, the CLI list and the YAML."""
     config = EngineConfig(**pub.engine_config)
+    # A publication from before served_model was recorded names its model's Hugging Face id
+    # (not the deployment's model_path, which may change: the document and its ETag must not).
+    served = pub.served_model or catalogue.model(pub.deployment.model).hf_id or None
     return {
         "deployment": pub.deployment.name,
         "period": pub.period_label,
@@ -105,7 +109,8 @@ def config_document(pub: Publication) -> dict[str, Any]:
         **capacity_figures(pub),
         "slo": pub.campaign.slo,
         "model": pub.deployment.model,
+        "served_model": served,
         "engine_args": config.explicit(),
         "cli_args": config.to_cli_args(),
-        "yaml": config.to_yaml(),
+        "yaml": config.to_yaml(model=served),
     }

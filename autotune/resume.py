@@ -173,6 +173,9 @@ def _new_campaign(engine: Engine, request: CampaignRequest, owner: str) -> int |
     try:
         with session_scope(engine) as s:
             dep = repo.ensure_deployment(s, r.deployment)
+            # The model its real engines load is what its published YAML will name.
+            if model_path := r.backend_options.get("model_path"):
+                dep.model_path = str(model_path)
             c = Campaign(
                 deployment_id=dep.id, name=r.campaign, slo=r.slo.to_dict(), trace_ref=r.trace_ref,
                 trace_digest=r.trace.digest, backend=r.backend, executor=r.executor,

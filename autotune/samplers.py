@@ -36,6 +36,7 @@ import random
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -456,6 +457,57 @@ def _steps(dist: BaseDistribution, value: Any) -> list[Any]:
     return []
 
 
+def step_decimals(step: float) -> int:
+    """The decimal places a step is written with: 0.01 -> 2, 0.05 -> 2, 0.5 -> 1, 2.0 -> 0."""
+    exponent = Decimal(repr(float(step))).normalize().as_tuple().exponent
+    return max(0, -int(exponent))
+
+
+class RoundToStep(BaseSampler):
+    """A sampler whose values of a stepped float are written as their step is (0.87, not
+    0.8700000000000001). Optuna's samplers put such a value at `low + k * step` in binary
+    floating point, and it is stored, shown in the dashboard and passed to vLLM as it came.
+    The rounded value is the same point of the grid (Optuna's FloatDistribution._contains
+    allows 1e-8 off a step), so the samplers learn the same."""
+
+    def __init__(self, inner: BaseSampler) -> None:
+        self._inner = inner
+
+    @property
+    def inner(self) -> BaseSampler:
+        return self._inner
+
+    def infer_relative_search_space(self, study: Study,
+                                    trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return self._inner.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study: Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        params = self._inner.sample_relative(study, trial, search_space)
+        return {name: _rounded(search_space.get(name), value) for name, value in params.items()}
+
+    def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        return _rounded(param_distribution, self._inner.sample_independent(
+            study, trial, param_name, param_distribution))
+
+    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        self._inner.before_trial(study, trial)
+
+    def after_trial(self, study: Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
+        self._inner.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self._inner.reseed_rng()
+
+
+def _rounded(dist: BaseDistribution | None, value: Any) -> Any:
+    if isinstance(dist, FloatDistribution) and dist.step is not None:
+        return round(float(value), step_decimals(dist.step))
+    return value
+
+
 def grid_space(space: SearchSpace) -> SearchSpace:
     """The `grid` sampler's space: the search space reduced to GRID_PARAMS."""
     missing = [n for n in GRID_PARAMS if n not in space.param_names]
@@ -474,8 +526,8 @@ def make_sampler(name: str, space: SearchSpace, *, seed: int, parallel: int = 1)
                 seed=seed, multivariate=True, group=True, constant_liar=parallel > 1,
                 n_startup_trials=STARTUP_TRIALS)
         tpe._parzen_estimator_cls = OrdinalParzenEstimator
-        return SamplerPlan(name, LineSweep(DistinctProposals(tpe, space, seed=seed), space,
-                                           seed=seed), space)
+        return SamplerPlan(name, RoundToStep(LineSweep(DistinctProposals(tpe, space, seed=seed),
+                                                       space, seed=seed)), space)
     if name == "gp":
         # Both are imported lazily by Optuna, only once the GP models something: check now.
         missing = [m for m in ("torch", "scipy") if importlib.util.find_spec(m) is None]
@@ -484,10 +536,10 @@ def make_sampler(name: str, space: SearchSpace, *, seed: int, parallel: int = 1)
                               "runs on them): pip install 'autotune[gp]' (torch==2.13.0, a CPU "
                               "wheel, and scipy), or choose --sampler tpe")
         gp = optuna.samplers.GPSampler(seed=seed, n_startup_trials=STARTUP_TRIALS)
-        return SamplerPlan(name, LineSweep(DistinctProposals(gp, space, seed=seed), space,
-                                           seed=seed), space)
+        return SamplerPlan(name, RoundToStep(LineSweep(DistinctProposals(gp, space, seed=seed),
+                                                       space, seed=seed)), space)
     if name == "random":
-        return SamplerPlan(name, optuna.samplers.RandomSampler(seed=seed), space)
+        return SamplerPlan(name, RoundToStep(optuna.samplers.RandomSampler(seed=seed)), space)
     if name == "grid":
         grid = grid_space(space)
         axes = {p.name: list(p.grid()) for p in grid.params}

@@ -406,13 +406,15 @@ def catalogue_markdown() -> str:
     models = [(f"`{m.name}`", f"{m.total_params_b:g}B / {m.active_params_b:g}B", m.attention,
                f"{m.num_experts} x {m.experts_per_token}" if m.num_experts else "dense",
                f"{m.max_context:,}", f"{m.dense_quant} / {m.expert_quant}",
-               "yes" if m.mtp else "no", _cell(m.source)) for m in catalogue.MODELS.values()]
+               "yes" if m.mtp else "no", f"`{m.hf_id}`" if m.hf_id else "none",
+               _cell(m.source)) for m in catalogue.MODELS.values()]
     return "\n".join([
         "### GPUs", "", _table(("name", "device", "memory GiB", "HBM TB/s",
                                 "TFLOPS bf16 / fp8", "link GB/s", "compute capability"), gpus),
         "", "### Models", "",
         _table(("name", "params total / active", "attention", "experts (routed x per token)",
-                "context", "weights dense / experts", "MTP", "source"), models)])
+                "context", "weights dense / experts", "MTP", "Hugging Face id (published `model`)",
+                "source"), models)])
 
 
 # -- REST API -------------------------------------------------------------------------------------

@@ -84,6 +84,9 @@ def test_real_campaign_on_the_cpu_build(tmp_path: Path) -> None:
     try:
         config = get_json(f"http://127.0.0.1:{api_port}/v1/deployments/cpu-tiny/config")
         assert config["trial"] == best.number and config["engine_args"] == best.engine_config
+        # The YAML names the model the engines loaded: `vllm serve --config` runs it as it is.
+        assert config["served_model"] == str(model.resolve())
+        assert config["yaml"].startswith(f"model: {model.resolve()}\n")
         studies = get_json(f"http://127.0.0.1:{dash_port}/api/studies")["study_summaries"]
         assert [x["study_name"] for x in studies] == ["cpu-tiny:2026Q4"]
     finally:

@@ -91,5 +91,6 @@ def rollback(name: Name, session: SessionDep, writer: WriterDep) -> ConfigRespon
     current, previous = pubs[0], pubs[1]
     pub = repo.publish(session, previous.campaign, previous.trial,
                        period_label=previous.period_label, published_by=writer,
+                       served=config_document(previous)["served_model"],
                        note=f"rollback from trial {current.trial.number} of {current.campaign.name}")
     return ConfigResponse(**config_document(pub))

@@ -35,6 +35,9 @@ class Deployment(Base):
     max_model_len: Mapped[int] = mapped_column(Integer)
     traffic_profile: Mapped[str] = mapped_column(String(20))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # What its real engines load (`tune --model-path`: a local directory or a Hugging Face id),
+    # the latest campaign's; None until a campaign runs real engines.
+    model_path: Mapped[str | None] = mapped_column(String(1000), nullable=True)
 
     campaigns: Mapped[list[Campaign]] = relationship(back_populates="deployment")
 
@@ -171,6 +174,9 @@ class Publication(Base):
     published_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     published_by: Mapped[str] = mapped_column(String(100))
     note: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # The `model` its YAML names, fixed when published (autotune.publish.served_model); None in
+    # publications made before it was recorded.
+    served_model: Mapped[str | None] = mapped_column(String(1000), nullable=True)
 
     deployment: Mapped[Deployment] = relationship()
     campaign: Mapped[Campaign] = relationship()

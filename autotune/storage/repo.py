@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from autotune import catalogue
 from autotune.deployment import DeploymentSpec
 from autotune.errors import ConfigError, NotFoundError
 from autotune.storage.models import (
@@ -136,12 +137,22 @@ def add_trial(session: Session, campaign: Campaign, **values: Any) -> Trial:
     return trial
 
 
+def served_model(dep: Deployment) -> str | None:
+    """The `model` a deployment's published YAML names: the path or id its real engines loaded,
+    else its catalogue model's Hugging Face id; None where neither is known (tiny-llama tuned
+    on the simulator only)."""
+    return dep.model_path or catalogue.model(dep.model).hf_id or None
+
+
 def publish(session: Session, campaign: Campaign, trial: Trial, *, period_label: str,
-            published_by: str, note: str | None) -> Publication:
+            published_by: str, note: str | None,
+            served: str | None = None) -> Publication:
+    """A new current publication; `served`: the model it names (default: the deployment's now,
+    fixed here so that a later campaign with another model path leaves it as published)."""
     pub = Publication(deployment_id=campaign.deployment_id, campaign_id=campaign.id,
                       trial_id=trial.id, engine_config=dict(trial.engine_config),
                       period_label=period_label, published_at=now(), published_by=published_by,
-                      note=note)
+                      note=note, served_model=served or served_model(campaign.deployment))
     session.add(pub)
     session.flush()
     return pub

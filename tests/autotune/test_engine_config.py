@@ -21,9 +21,17 @@ def test_unset_arguments_are_left_to_vllm() -> None:
 
 
 def test_yaml_uses_kebab_case_keys_so_false_booleans_survive() -> None:
-    config = EngineConfig(enable_chunked_prefill=False, max_num_batched_tokens=4096)
+    config = EngineConfig(enable_chunked_prefill=False, max_num_batched_tokens=4096,
+                          enforce_eager=True)
     assert yaml.safe_load(config.to_yaml()) == {"max-num-batched-tokens": 4096,
-                                                "enable-chunked-prefill": False}
+                                                "no-enable-chunked-prefill": True,
+                                                "enforce-eager": True}
+
+
+def test_yaml_names_the_model_first() -> None:
+    text = EngineConfig(max_num_seqs=8).to_yaml(model="deepseek-ai/DeepSeek-V4-Flash")
+    assert text.splitlines()[0] == "model: deepseek-ai/DeepSeek-V4-Flash"
+    assert yaml.safe_load(text) == {"model": "deepseek-ai/DeepSeek-V4-Flash", "max-num-seqs": 8}
 
 
 def test_float_steps_are_rounded() -> None:

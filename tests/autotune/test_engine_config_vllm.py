@@ -25,16 +25,23 @@ pytestmark = pytest.mark.integration
 
 PARSE = r"""
 import json, sys
+from vllm.entrypoints.cli.serve import ServeSubcommand
 from vllm.entrypoints.launchers.cli_args import make_arg_parser
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 cases = json.load(open(sys.argv[1]))
 parser = make_arg_parser(FlexibleArgumentParser())
+# `vllm serve`'s parser as vllm/entrypoints/cli/main.py builds it: the top-level parser reads
+# the config file, not the serve subparser (which knows the engine's flags).
+serve = FlexibleArgumentParser()
+ServeSubcommand().subparser_init(serve.add_subparsers(dest="subparser"))
 out = []
 for case in cases:
     names = case["names"]
     a = vars(parser.parse_args(case["cli"]))
     b = vars(parser.parse_args(["--config", case["yaml_path"]]))
-    out.append({"cli": {n: a[n] for n in names}, "yaml": {n: b[n] for n in names}})
+    c = vars(serve.parse_args(["serve", "--config", case["yaml_path"]]))
+    out.append({"cli": {n: a[n] for n in names}, "yaml": {n: b[n] for n in names},
+                "serve": {n: c[n] for n in names}, "model": c["model"]})
 print("RESULT " + json.dumps(out))
 """
 
@@ -77,7 +84,7 @@ def test_vllm_parser_accepts_every_config_as_cli_and_yaml(tmp_path: Path) -> Non
     cases = []
     for i, config in enumerate(configs):
         path = tmp_path / f"c{i}.yaml"
-        path.write_text(config.to_yaml())
+        path.write_text(config.to_yaml(model="deepseek-ai/DeepSeek-V4-Flash"))
         cases.append({"names": list(config.explicit()), "cli": config.to_cli_args(),
                       "yaml_path": str(path)})
     (tmp_path / "cases.json").write_text(json.dumps(cases))
@@ -90,6 +97,8 @@ def test_vllm_parser_accepts_every_config_as_cli_and_yaml(tmp_path: Path) -> Non
         expected = config.explicit()
         assert parsed["cli"] == expected, config.to_cli_args()
         assert parsed["yaml"] == expected, config.to_yaml()
+        assert parsed["serve"] == expected, config.to_yaml()
+        assert parsed["model"] == "deepseek-ai/DeepSeek-V4-Flash"
 
 
 def test_vllm_parser_rejects_a_removed_flag() -> None:
@@ -100,3 +109,47 @@ def test_vllm_parser_rejects_a_removed_flag() -> None:
             "make_arg_parser(FlexibleArgumentParser()).parse_args(['--swap-space', '4'])")
     proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "unrecognized arguments: --swap-space" in proc.stderr
+
+
+SERVE = r"""
+import json, sys
+from vllm.entrypoints.cli.serve import ServeSubcommand
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+# `vllm serve`'s own parser, as vllm/entrypoints/cli/main.py builds it.
+parser = FlexibleArgumentParser()
+ServeSubcommand().subparser_init(parser.add_subparsers(dest="subparser"))
+out = {}
+for name, argv in json.load(open(sys.argv[1])).items():
+    try:
+        a = parser.parse_args(argv)
+    except ValueError as exc:
+        out[name] = {"error": str(exc)}
+        continue
+    # ServeSubcommand.cmd: a positional model_tag wins over --model (and the config's model:).
+    out[name] = {"model": a.model_tag if a.model_tag is not None else a.model,
+                 "block_size": a.block_size, "enable_prefix_caching": a.enable_prefix_caching}
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_vllm_serve_runs_the_published_yaml_as_it_is(tmp_path: Path) -> None:
+    """`vllm serve --config config.yaml` takes the model from the YAML's `model:`; without it
+    vLLM refuses to start; a positional model still wins over it."""
+    python = _engine_python()
+    config = EngineConfig(block_size=32, enable_prefix_caching=False)
+    served, bare = tmp_path / "served.yaml", tmp_path / "bare.yaml"
+    served.write_text(config.to_yaml(model="deepseek-ai/DeepSeek-V4-Flash"))
+    bare.write_text(config.to_yaml())
+    cases = {"served": ["serve", "--config", str(served)],
+             "positional": ["serve", "/models/local", "--config", str(served)],
+             "bare": ["serve", "--config", str(bare)]}
+    (tmp_path / "cases.json").write_text(json.dumps(cases))
+    proc = subprocess.run([python, "-c", SERVE, str(tmp_path / "cases.json")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    parsed = json.loads(line.removeprefix("RESULT "))
+    engine_args = {"block_size": 32, "enable_prefix_caching": False}
+    assert parsed["served"] == {"model": "deepseek-ai/DeepSeek-V4-Flash", **engine_args}
+    assert parsed["positional"] == {"model": "/models/local", **engine_args}
+    assert "No model specified" in parsed["bare"]["error"]

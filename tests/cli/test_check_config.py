@@ -90,3 +90,16 @@ def test_publish_refuses_a_config_the_rules_refuse(tmp_path: Path) -> None:
     with engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT COUNT(*) FROM autotune_publications").scalar_one() == 0
     engine.dispose()
+
+
+def test_a_published_yaml_reads_back_whole(tmp_path: Path) -> None:
+    """What the API publishes (`model:` first, a false boolean as `no-key: true`) is read as
+    the config it is: the model is no engine argument, the boolean is false, nothing unknown."""
+    from autotune.check import read_config_file
+    from autotune.engine_config import EngineConfig
+
+    config = EngineConfig(block_size=256, enable_prefix_caching=False, enforce_eager=True)
+    path = tmp_path / "published.yaml"
+    path.write_text(config.to_yaml(model="deepseek-ai/DeepSeek-V4-Flash"))
+    values, unknown = read_config_file(path)
+    assert EngineConfig(**values) == config and unknown == []

@@ -21,6 +21,7 @@ class ReportDb:
     campaign_id: int
     small_campaign: str  # the 3-trial, published one
     hostile_trial: int
+    rejected_trials: tuple[int, ...] = ()  # the 8-trial one's, rejected by a rule
 
 
 def run_campaign(url: str, campaign: str, trials: int) -> int:
@@ -68,10 +69,12 @@ def report_db(tmp_path_factory: pytest.TempPathFactory) -> ReportDb:
             big = s.get(Campaign, campaign_id)
             assert big is not None
             rejected = [t for t in big.trials if t.state == "rejected"]
+            rejected_numbers = tuple(t.number for t in rejected)
             target = rejected[0] if rejected else big.trials[-1]
             target.failure_message = HOSTILE_MESSAGE
             hostile = target.number
     finally:
         engine.dispose()
     return ReportDb(url=url, deployment="demo", campaign="2026Q4", campaign_id=campaign_id,
-                    small_campaign="2026Q3", hostile_trial=hostile)
+                    small_campaign="2026Q3", hostile_trial=hostile,
+                    rejected_trials=rejected_numbers)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -20,47 +19,17 @@ import pytest
 from autotune.storage import repo
 from autotune.storage.db import open_database, session_scope
 from autotune.storage.models import Campaign
+from tests.browser import WAIT_S, chromium
 from tests.conftest import AUTOTUNE, ROOT, run_cli
 from tests.report.conftest import ReportDb
 
 pytestmark = pytest.mark.integration
 SCREENSHOTS = ROOT / "runs" / "screenshots"
-WAIT_S = 60.0  # the dashboard's bundle is 2 MB of JavaScript; a loaded CI machine is slow
-
-
-def _need(what: str, found: bool) -> None:
-    """Skipped where absent, a failure in CI (the rule the real engines follow)."""
-    if not found:
-        hint = "apt-get install -y chromium chromium-driver; pip install selenium"
-        if os.environ.get("CI"):
-            pytest.fail(f"{what} is missing; CI must have it ({hint})")
-        pytest.skip(f"{what} not installed ({hint})")
-
-
-def _tool(*names: str) -> str | None:
-    return next((p for n in names if (p := shutil.which(n) or (n if Path(n).exists() else None))),
-                None)
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    chromium = _tool("/usr/bin/chromium", "chromium")
-    driver_path = _tool("/usr/bin/chromedriver", "chromedriver")
-    _need("chromium", chromium is not None)
-    _need("chromedriver", driver_path is not None)
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        _need("selenium", False)
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(chromium)
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1400,1000", "--allow-file-access-from-files"):
-        options.add_argument(arg)
-    # A given driver path keeps Selenium Manager from looking for one on the network.
-    driver = webdriver.Chrome(service=Service(str(driver_path)), options=options)
-    driver.set_page_load_timeout(WAIT_S)
+    driver = chromium()
     try:
         yield driver
     finally:
@@ -232,7 +201,17 @@ def test_dashboard_lists_the_study_and_its_trials(browser: Any, report_db: Repor
     _reveal(browser, "failure_class")
     _screenshot(browser, f"dashboard-trial-{winner}-winner")
 
-    # The study's history page draws (plotly) from the same trials.
+    # A rule-rejected trial: Complete with value 0 to Optuna, but its page says it was not
+    # measured, in the note above everything and as its outcome.
+    rejected = report_db.rejected_trials[0]
+    browser.get(f"{dashboard}/dashboard/studies/{study_id}/trials?numbers={rejected}")
+    body = _wait(browser, _body_with(f"Trial {rejected} (trial_id=", "Rejected, not measured",
+                                     "outcome"), f"rejected trial {rejected}'s page")
+    assert "outcome rejected" in body and "failure_class rule_violation" in body
+    _screenshot(browser, f"dashboard-trial-{rejected}-rejected")
+
+    # The study's history page draws (plotly) from the same trials, the objective named.
     browser.get(f"{dashboard}/dashboard/studies/{study_id}")
     _wait(browser, lambda d: d.find_elements("css selector", ".js-plotly-plot"), "the history plot")
+    _wait(browser, _body_with("output tok/s at capacity"), "the objective's name")
     _screenshot(browser, "dashboard-history")
