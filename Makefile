@@ -38,7 +38,7 @@ tune: install
 	$(BIN)/autotune tune --deployment demo --campaign demo
 
 test: dev engine-venv lint
-	AUTOTUNE_ENGINE_PYTHON=$(CURDIR)/$(ENGINE_VENV)/bin/python $(BIN)/pytest
+	AUTOTUNE_ENGINE__PYTHON=$(CURDIR)/$(ENGINE_VENV)/bin/python $(BIN)/pytest
 	$(MAKE) --no-print-directory test-wheel test-py312 test-py313
 
 # The wheel as a user installs it: into a fresh venv outside the tree, run from outside it (so

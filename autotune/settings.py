@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -80,3 +83,21 @@ class Settings(BaseSettings):
 
 def get_settings() -> Settings:
     return Settings()
+
+
+ENGINE_PYTHON_ENV = "AUTOTUNE_ENGINE__PYTHON"  # the `engine.python` setting
+_RETIRED_ENGINE_PYTHON_ENV = "AUTOTUNE_ENGINE_PYTHON"  # what the tests and benchmarks once read
+
+
+def engine_python_env() -> str | None:
+    """The vLLM interpreter named in the environment, for the tests and benchmarks that start
+    the engine themselves: the same variable autotune's setting reads. The retired name still
+    works, with a line that says so."""
+    value = os.environ.get(ENGINE_PYTHON_ENV)
+    if value:
+        return value
+    retired = os.environ.get(_RETIRED_ENGINE_PYTHON_ENV)
+    if retired:
+        print(f"autotune: {_RETIRED_ENGINE_PYTHON_ENV} is deprecated; set {ENGINE_PYTHON_ENV} "
+              "(the engine.python setting) instead", file=sys.stderr)
+    return retired or None

@@ -20,7 +20,7 @@ Compare shapes within one run: every pass times them all, a median over passes i
 the host's own speed drifts (on a 2-core VM, four runs within five minutes timed a one-sequence
 decode step at 4.2, 2.1, 1.9 and 1.8 ms).
 
-Needs the vLLM CPU build: AUTOTUNE_ENGINE_PYTHON=.venv-engine/bin/python. About 2 minutes.
+Needs the vLLM CPU build: AUTOTUNE_ENGINE__PYTHON=.venv-engine/bin/python. About 2 minutes.
 Usage: .venv/bin/python benchmarks/engine_steps.py [--profile FILE] [--repeats N]
                      [--block-size N]
 Prints a table, then one JSON line: per shape, real and simulated milliseconds.
@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import statistics
 import sys
@@ -45,6 +44,7 @@ import httpx
 
 from autotune.engine_config import EngineConfig
 from autotune.errors import ConfigError
+from autotune.settings import engine_python_env
 from autotune.tiny_model import make_tiny_model
 from workers.sim.fidelity import CPU, cpu_engine
 from workers.sim.perf import PerfModel
@@ -184,9 +184,9 @@ def main() -> None:
                    else find_profile("cpu", "tiny-llama", "cpu", None))
     except ConfigError as exc:
         sys.exit(f"engine_steps: {exc}")
-    engine_python = os.environ.get("AUTOTUNE_ENGINE_PYTHON")
+    engine_python = engine_python_env()
     if not engine_python or not Path(engine_python).exists():
-        sys.exit("engine_steps: set AUTOTUNE_ENGINE_PYTHON to the vLLM CPU venv's python "
+        sys.exit("engine_steps: set AUTOTUNE_ENGINE__PYTHON to the vLLM CPU venv's python "
                  "(make engine-venv)")
     config = engine_config(args.block_size)
     sim = simulated(config, profile)

@@ -1,12 +1,12 @@
 """Our replayer beside `vllm bench serve` on the same schedule against the same real server.
 
 Starts one vLLM engine (the CPU build with a tiny local model, or whatever
-AUTOTUNE_ENGINE_PYTHON's vLLM is), then replays one schedule (a slice of the Azure code trace
+AUTOTUNE_ENGINE__PYTHON's vLLM is), then replays one schedule (a slice of the Azure code trace
 at a scaled rate) with each client in turn, alternating, each in its own process so that its
 CPU time can be measured. Reports send-lag P99 (how late requests left the client), client CPU
 seconds per request, and the TTFT and throughput each client measured.
 
-Usage: AUTOTUNE_ENGINE_PYTHON=.venv-engine/bin/python .venv/bin/python benchmarks/replay_overhead.py
+Usage: AUTOTUNE_ENGINE__PYTHON=.venv-engine/bin/python .venv/bin/python benchmarks/replay_overhead.py
        [--requests 200] [--rate-scale 8] [--rounds 2]
 The last line is one JSON object: send_lag_p99_ms and cpu_s_per_request, each with keys
 autotune and vllm_bench, plus ttft_p50_ms, ttft_p99_ms and output_tok_s the same way.
@@ -29,6 +29,7 @@ from rich.table import Table
 
 from autotune.deployment import DeploymentSpec
 from autotune.engine_config import EngineConfig
+from autotune.settings import engine_python_env
 from autotune.tiny_model import make_tiny_model
 from autotune.traffic.formats import load_trace
 from workers.vllm.backend import VllmBackend
@@ -100,9 +101,9 @@ def main() -> None:
     parser.add_argument("--rate-scale", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    engine_python = os.environ.get("AUTOTUNE_ENGINE_PYTHON")
+    engine_python = engine_python_env()
     if not engine_python:
-        raise SystemExit("set AUTOTUNE_ENGINE_PYTHON to the python of a vLLM venv (make engine-venv)")
+        raise SystemExit("set AUTOTUNE_ENGINE__PYTHON to the python of a vLLM venv (make engine-venv)")
     work = Path(tempfile.mkdtemp(prefix="replay-overhead-"))
     model = make_tiny_model(work / "tiny")
     trace = load_trace(AZURE_CODE).slice(3000, args.requests)

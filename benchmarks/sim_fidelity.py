@@ -36,7 +36,7 @@ two probes differed by up to 44%, and within a config the probe followed burst t
 a correlation of only -0.5 (slope -0.24 in logs, where -1 would be a speed gauge). So the
 headline is judged without it, as in the runs before.
 
-Needs the vLLM CPU build: AUTOTUNE_ENGINE_PYTHON=.venv-engine/bin/python (see `make
+Needs the vLLM CPU build: AUTOTUNE_ENGINE__PYTHON=.venv-engine/bin/python (see `make
 engine-venv`). One engine per config and pass; each replays the trace 1 + 2 times (the first
 pass's first replay measures capacity). On a 2-core AVX2-only host, `--requests 96 --repeats 2`
 (then on one engine per config) took 70 minutes (the tiny model serves about 130 output tok/s
@@ -67,7 +67,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import tempfile
 from collections.abc import Iterable
@@ -82,6 +81,7 @@ from rich.table import Table
 from autotune.errors import ConfigError
 from autotune.metrics import summarize
 from autotune.records import CapacitySearch, Measurement, ReplayResult, percentile_ms
+from autotune.settings import engine_python_env
 from workers.sim.calibrate import STEP_METRICS, calibrate, simulate, step_pairs_ms
 from workers.sim.fidelity import (
     HOST_PROBE,
@@ -339,9 +339,9 @@ def main() -> None:
             sys.exit(f"sim_fidelity: {args.measured} has replays of {len(grouped(measured))} "
                      f"configs and rates, not a multiple of the {len(CONFIGS)} configs")
     else:
-        engine_python = os.environ.get("AUTOTUNE_ENGINE_PYTHON")
+        engine_python = engine_python_env()
         if not engine_python or not Path(engine_python).exists():
-            sys.exit("sim_fidelity: set AUTOTUNE_ENGINE_PYTHON to the vLLM CPU venv's python "
+            sys.exit("sim_fidelity: set AUTOTUNE_ENGINE__PYTHON to the vLLM CPU venv's python "
                      "(make engine-venv)")
         # Measured alternately from the fitted and the judged configs: the cores are shared, and
         # in one run the load average rose from 2 to 6 while the judged configs ran last, so

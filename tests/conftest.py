@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from autotune.settings import ENGINE_PYTHON_ENV, engine_python_env
+
 ROOT = Path(__file__).resolve().parents[1]
 AUTOTUNE = str(Path(sys.executable).with_name("autotune"))
 # An admin URL on the machine's PostgreSQL; each test gets a database of its own.
@@ -29,10 +31,10 @@ def public_trace(name: str) -> Path:
 
 def engine_python() -> str:
     """The interpreter of the vLLM CPU build's venv (`make engine-venv`)."""
-    path = os.environ.get("AUTOTUNE_ENGINE_PYTHON", "")
+    path = engine_python_env() or ""
     if not path or not Path(path).exists():
         if os.environ.get("CI"):
-            pytest.fail("AUTOTUNE_ENGINE_PYTHON is not set to the vLLM CPU venv; run `make test`")
+            pytest.fail(f"{ENGINE_PYTHON_ENV} is not set to the vLLM CPU venv; run `make test`")
         pytest.skip("vLLM CPU build not installed (make engine-venv)")
     return path
 

@@ -1,6 +1,6 @@
 """Every config the search spaces can produce goes through vLLM's own argument parser.
 
-vLLM runs in its own venv (`make engine-venv`); AUTOTUNE_ENGINE_PYTHON names its interpreter.
+vLLM runs in its own venv (`make engine-venv`); AUTOTUNE_ENGINE__PYTHON names its interpreter.
 The check parses both `to_cli_args()` and `to_yaml()` and compares the parsed values, so a flag
 vLLM does not know, or a YAML key it silently drops, fails here.
 """
