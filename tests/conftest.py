@@ -91,6 +91,14 @@ def migrated_sqlite(sqlite_url: str) -> str:
     return sqlite_url
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.integration)])
+def database_url(request: pytest.FixtureRequest) -> str:
+    """An empty database, once on SQLite and once on the real PostgreSQL server: for what
+    must hold on both backends autotune supports."""
+    name = "sqlite_url" if request.param == "sqlite" else "postgres_url"
+    return str(request.getfixturevalue(name))
+
+
 def _pg_connect():  # type: ignore[no-untyped-def]
     import psycopg
 

@@ -17,15 +17,15 @@ def _tables(url: str) -> set[str]:
         engine.dispose()
 
 
-def test_upgrade_creates_our_tables_beside_optunas(sqlite_url: str) -> None:
-    before, after = upgrade(sqlite_url)
+def test_upgrade_creates_our_tables_beside_optunas(database_url: str) -> None:
+    before, after = upgrade(database_url)
     assert before is None and after == head_revision()
-    tables = _tables(sqlite_url)
+    tables = _tables(database_url)
     assert {"autotune_deployments", "autotune_campaigns", "autotune_trials",
             "autotune_publications", VERSION_TABLE} <= tables
     assert "studies" in tables and "trials" in tables  # Optuna's own
-    open_database(sqlite_url).dispose()
-    assert upgrade(sqlite_url) == (head_revision(), head_revision())  # idempotent
+    open_database(database_url).dispose()
+    assert upgrade(database_url) == (head_revision(), head_revision())  # idempotent
 
 
 def test_sqlite_uses_wal(migrated_sqlite: str) -> None:

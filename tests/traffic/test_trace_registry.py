@@ -62,13 +62,9 @@ def _check_table(url: str) -> None:
     open_database(url).dispose()  # back at head
 
 
-def test_migration_creates_the_table_on_sqlite(migrated_sqlite: str) -> None:
-    _check_table(migrated_sqlite)
-
-
-def test_migration_creates_the_table_on_postgres(postgres_url: str) -> None:
-    upgrade(postgres_url)
-    _check_table(postgres_url)
+def test_migration_creates_the_table(database_url: str) -> None:
+    upgrade(database_url)
+    _check_table(database_url)
 
 
 def _trace(start: float | None, n: int = 10, digest: str = "sha256:x") -> Trace:
