@@ -124,3 +124,50 @@ def calibrate(
         console.print(f"saved {result.profile_path}")
     else:
         console.print(result.profile_yaml)
+
+
+kernels_app = typer.Typer(no_args_is_help=True,
+                          help="Measured step-time tables (from aiconfigurator-core's kernel data).")
+sim_app.add_typer(kernels_app, name="kernels")
+
+
+@kernels_app.command("build")
+def kernels_build(
+    gpu: Annotated[str, typer.Option(help="GPU (catalogue name).")],
+    model: Annotated[str, typer.Option(help="Model (catalogue name).")],
+    parallel: Annotated[list[str], typer.Option(
+        help="Parallel layout, repeatable: TP8, TP8+EP, DP2xTP4+EP, DP8+EP.")],
+    precision: Annotated[str | None, typer.Option(
+        help="dense[/experts] quantisation, e.g. fp8_block/fp8_block (default: the "
+             "checkpoint's, as the catalogue gives it).")] = None,
+    backend_version: Annotated[str, typer.Option(
+        help="The vLLM version whose kernel tables to read.")] = "0.24.0",
+    out: Annotated[Path | None, typer.Option(
+        help="Folder for the tables (default: workers/sim/kernels/, which the simulator reads).")
+    ] = None,
+) -> None:
+    """Sample aiconfigurator-core's forward-pass model (NVIDIA-measured kernels) over a grid
+    of decode and prefill batches and write one step-time table per layout. Needs the
+    optional extra: pip install 'autotune[aiconfigurator]'. Offline: the simulator reads the
+    tables, never the package."""
+    from autotune import catalogue
+    from workers.sim.kernels_build import KernelsUnavailable, build_table, write_table
+    from workers.sim.step_table import TABLES_DIR, StepTable, parse_layout
+
+    gpu_info, model_info = catalogue.gpu(gpu), catalogue.model(model)
+    try:
+        layouts = [parse_layout(p) for p in parallel]
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    try:  # every layout first, then write: a failure leaves nothing half-written
+        tables = [build_table(gpu_info, model_info, tp, dp, ep, precision, backend_version)
+                  for tp, dp, ep in layouts]
+    except KernelsUnavailable as exc:
+        raise ConfigError(f"{exc}; the simulator keeps the roofline step model here") from None
+    for table in tables:
+        path = write_table(table, out or TABLES_DIR)
+        step = StepTable.from_dict(table)
+        console.print(f"{path}: decode of 1 / 32 / 256 sequences at 4096 context "
+                      f"{step.gpu_ms(1, 4096):.2f} / {step.gpu_ms(32, 32 * 4096):.2f} / "
+                      f"{step.gpu_ms(256, 256 * 4096):.2f} ms, prefill of 2048 / 8192 tokens "
+                      f"{step.gpu_ms(0, 0, 2048):.2f} / {step.gpu_ms(0, 0, 8192):.2f} ms")

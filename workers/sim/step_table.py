@@ -1,0 +1,172 @@
+"""Measured step-time tables: reading them, interpolating them, and choosing the step model.
+
+A table (workers/sim/kernels/*.json, written by `autotune sim kernels build`) holds the GPU time
+in ms of one forward pass of one DP rank for one GPU, model, parallel layout and precision, on a
+grid of decode batches (sequences x context tokens per sequence) mixed with a prefill chunk
+(tokens, no earlier context), plus a prefill-only grid over the chunk's earlier context (chunked
+prefill of a long prompt). Every DP rank is taken as equally loaded, as the source model does.
+The grid is dense where step times bend (small batches) and the reader interpolates linearly on
+each axis, so with the batch fixed a decode step stays affine in its context between grid
+points: the closed-form summing of decode runs keeps working with the grid points as breaks.
+
+`select_step_model` names the step model a simulated engine would use: the measured table for
+its GPU, model, layout and precision if the repository has one, else the roofline.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+TABLES_DIR = Path(__file__).resolve().parent / "kernels"
+TABLE_FORMAT = 1
+ROOFLINE = "roofline"
+
+
+def layout_name(tp: int, dp: int = 1, ep: bool = False) -> str:
+    """The layout's short name: TP8, TP8+EP, DP2xTP4+EP, DP8+EP (TP1 is left out)."""
+    core = f"TP{tp}" if dp == 1 else (f"DP{dp}" if tp == 1 else f"DP{dp}xTP{tp}")
+    return core + ("+EP" if ep else "")
+
+
+_LAYOUT = re.compile(r"(?:DP(\d+))?(X)?(?:TP(\d+))?(\+EP)?")
+
+
+def parse_layout(text: str) -> tuple[int, int, bool]:
+    """(tp, dp, ep) of a layout name as `layout_name` writes it; ValueError otherwise."""
+    m = _LAYOUT.fullmatch(text.strip().upper())
+    if not m or not (m.group(1) or m.group(3)) or bool(m.group(2)) != bool(m.group(1) and m.group(3)):
+        raise ValueError(f"parallel layout {text!r}: expected TP<n>, TP<n>+EP, DP<n>xTP<m>+EP "
+                         "or DP<n>+EP")
+    tp, dp = int(m.group(3) or 1), int(m.group(1) or 1)
+    if tp < 1 or dp < 1:
+        raise ValueError(f"parallel layout {text!r}: sizes must be at least 1")
+    return tp, dp, bool(m.group(4))
+
+
+def _segment(axis: list[float], x: float) -> tuple[int, float]:
+    """Index i and weight w with x = (1 - w) * axis[i] + w * axis[i + 1]. Below the grid the
+    first value holds (w = 0); above it the last segment extends linearly (step times keep
+    growing with tokens)."""
+    if len(axis) == 1 or x <= axis[0]:
+        return 0, 0.0
+    i = min(bisect.bisect_right(axis, x) - 1, len(axis) - 2)
+    return i, (x - axis[i]) / (axis[i + 1] - axis[i])
+
+
+@dataclass(frozen=True)
+class StepTable:
+    """One measured table. ms[p][b][k]: GPU ms of a step with prefill_tokens[p] prompt tokens
+    and decode_seqs[b] sequences decoding over kv_per_seq[k] context tokens each;
+    prefill_ctx_ms[p][c]: a prefill-only step of prefill_tokens[p] tokens after
+    prefill_context[c] earlier tokens of the same prompt."""
+
+    gpu: str
+    model: str
+    layout: str
+    precision: str
+    source: dict[str, Any]
+    prefill_tokens: list[float]
+    decode_seqs: list[float]
+    kv_per_seq: list[float]
+    ms: list[list[list[float]]]
+    prefill_context: list[float]
+    prefill_ctx_ms: list[list[float]]
+    path: str = ""
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], path: str = "") -> StepTable:
+        if raw.get("format") != TABLE_FORMAT:
+            raise ValueError(f"{path or 'step table'}: format {raw.get('format')!r}, "
+                             f"expected {TABLE_FORMAT}")
+        g = raw["grid"]
+        table = cls(gpu=raw["gpu"], model=raw["model"], layout=raw["layout"],
+                    precision=raw["precision"], source=raw["source"],
+                    prefill_tokens=[float(v) for v in g["prefill_tokens"]],
+                    decode_seqs=[float(v) for v in g["decode_seqs"]],
+                    kv_per_seq=[float(v) for v in g["kv_per_seq"]], ms=raw["ms"],
+                    prefill_context=[float(v) for v in g["prefill_context"]],
+                    prefill_ctx_ms=raw["prefill_ctx_ms"], path=path)
+        shape = (len(table.prefill_tokens), len(table.decode_seqs), len(table.kv_per_seq))
+        if (len(table.ms) != shape[0] or any(len(r) != shape[1] for r in table.ms)
+                or any(len(c) != shape[2] for r in table.ms for c in r)
+                or len(table.prefill_ctx_ms) != shape[0]
+                or any(len(r) != len(table.prefill_context) for r in table.prefill_ctx_ms)):
+            raise ValueError(f"{path or 'step table'}: ms does not match its grid {shape}")
+        return table
+
+    @property
+    def label(self) -> str:
+        s = self.source
+        return (f"measured table {self.gpu}/{self.model}/{self.layout}/{self.precision} "
+                f"({s.get('package')} {s.get('version')}, {s.get('backend')} "
+                f"{s.get('backend_version')} kernel tables)")
+
+    def gpu_ms(self, decode_seqs: float, decode_kv_tokens: float, prefill_tokens: float = 0.0,
+               prefill_context: float = 0.0) -> float:
+        """GPU ms of one step: decode_seqs sequences decoding over decode_kv_tokens context
+        tokens in all, with a prefill chunk of prefill_tokens tokens after prefill_context
+        earlier tokens of its prompt. Multilinear in the grid's axes; an empty step is 0."""
+        if decode_seqs <= 0 and prefill_tokens <= 0:
+            return 0.0
+        kv = decode_kv_tokens / decode_seqs if decode_seqs > 0 else self.kv_per_seq[0]
+        pi, pw = _segment(self.prefill_tokens, prefill_tokens)
+        bi, bw = _segment(self.decode_seqs, decode_seqs)
+        ki, kw = _segment(self.kv_per_seq, kv)
+        total = 0.0
+        for p, wp in ((pi, 1 - pw), (pi + 1, pw)):
+            if wp == 0.0:
+                continue
+            for b, wb in ((bi, 1 - bw), (bi + 1, bw)):
+                if wb == 0.0:
+                    continue
+                row = self.ms[p][b]
+                total += wp * wb * ((1 - kw) * row[ki] + kw * row[ki + 1] if kw else row[ki])
+        if prefill_context > 0 and prefill_tokens > 0:  # the chunk's attention over its prefix
+            total += self._prefill_ctx_ms(prefill_tokens, prefill_context) - self._prefill_ctx_ms(
+                prefill_tokens, 0.0)
+        return total
+
+    def _prefill_ctx_ms(self, tokens: float, context: float) -> float:
+        pi, pw = _segment(self.prefill_tokens, tokens)
+        ci, cw = _segment(self.prefill_context, context)
+
+        def at(p: int) -> float:
+            row = self.prefill_ctx_ms[p]
+            return (1 - cw) * row[ci] + cw * row[ci + 1] if cw else row[ci]
+
+        return (1 - pw) * at(pi) + pw * at(pi + 1) if pw else at(pi)
+
+
+def load_step_table(path: Path) -> StepTable:
+    return StepTable.from_dict(json.loads(path.read_text()), str(path))
+
+
+def table_filename(gpu: str, model: str, layout: str, precision: str) -> str:
+    safe = re.sub(r"[^A-Za-z0-9.+-]+", "_", f"{gpu}__{model}__{layout}__{precision}")
+    return f"{safe}.json"
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """The step model a simulated engine uses: "measured" (with its table) or "roofline"."""
+
+    name: str
+    label: str
+    table: StepTable | None = None
+
+
+def select_step_model(gpu: str, model: str, layout: str, precision: str,
+                      tables_dir: Path = TABLES_DIR) -> StepModel:
+    """The measured table for this GPU, model, layout and precision if there is one, else the
+    roofline, with a label saying which and why."""
+    path = tables_dir / table_filename(gpu, model, layout, precision)
+    if path.is_file():
+        table = load_step_table(path)
+        return StepModel("measured", table.label, table)
+    return StepModel(ROOFLINE, f"roofline (no measured table for {gpu}/{model}/{layout}/"
+                               f"{precision})")
