@@ -103,15 +103,15 @@ def _fpm(decode_seqs: int, kv_per_seq: int, prefill_tokens: int,
 def build_table(gpu: GPU, model: Model, tp: int, dp: int = 1, ep: bool = False,
                 precision: str | None = None, backend_version: str = "0.24.0") -> dict[str, Any]:
     """Sample the package's forward-pass model over the grid; the table as a JSON-able dict."""
+    precision = precision or model_precision(model)
+    config = engine_config(gpu, model, tp, dp, ep, precision, backend_version)
+    layout = layout_name(tp, dp, ep)
     try:
         from aiconfigurator_core.sdk.errors import PerfDataNotAvailableError
         from aiconfigurator_core.sdk.rust_engine_step import RustForwardPassPerfModel
     except ImportError:
         raise KernelsUnavailable("aiconfigurator-core is not installed: "
                                  "pip install 'autotune[aiconfigurator]'") from None
-    precision = precision or model_precision(model)
-    config = engine_config(gpu, model, tp, dp, ep, precision, backend_version)
-    layout = layout_name(tp, dp, ep)
     try:
         fpm = RustForwardPassPerfModel.from_native(config)
 

@@ -1,0 +1,109 @@
+"""Measured step-time tables: layout names, interpolation, the committed tables and the choice
+between a measured table and the roofline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from workers.sim.step_table import (
+    TABLES_DIR,
+    StepTable,
+    layout_name,
+    load_step_table,
+    parse_layout,
+    select_step_model,
+)
+
+DEMO_LAYOUTS = ("TP8", "TP8+EP", "DP2xTP4+EP", "DP4xTP2+EP", "DP8+EP")
+FP8 = "fp8_block/fp8_block"
+
+
+def _table(**over: object) -> StepTable:
+    """A 2 x 3 x 2 grid whose values are an affine function of the axes: multilinear
+    interpolation must reproduce it exactly, inside the grid and on its last segments."""
+    pt, ds, kv = [0, 1000], [0, 1, 9], [100, 1100]
+
+    def f(p: float, b: float, k: float) -> float:
+        return 1 + 0.01 * p + 0.5 * b + 0.002 * k
+
+    raw = {"format": 1, "gpu": "G", "model": "M", "layout": "TP1", "precision": "bf16",
+           "source": {"package": "p", "version": "1"},
+           "grid": {"prefill_tokens": pt, "decode_seqs": ds, "kv_per_seq": kv,
+                    "prefill_context": [0, 4000]},
+           "ms": [[[f(p, b, k) for k in kv] for b in ds] for p in pt],
+           "prefill_ctx_ms": [[f(p, 0, 100), f(p, 0, 100) + 0.001 * p] for p in pt]}
+    raw.update(over)
+    return StepTable.from_dict(raw)
+
+
+@pytest.mark.parametrize("name, parsed", [("TP8", (8, 1, False)), ("TP8+EP", (8, 1, True)),
+                                          ("DP2xTP4+EP", (4, 2, True)), ("DP8+EP", (1, 8, True))])
+def test_layout_names_round_trip(name: str, parsed: tuple[int, int, bool]) -> None:
+    assert parse_layout(name) == parsed
+    assert layout_name(*parsed) == name
+
+
+@pytest.mark.parametrize("bad", ["", "TP", "DP2TP4", "xTP8", "TP8+PP", "DP0+EP"])
+def test_bad_layouts_are_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match="parallel layout"):
+        parse_layout(bad)
+
+
+@pytest.mark.parametrize("b, kv_per_seq, p", [(1, 100, 0), (5, 600, 0), (9, 1100, 500),
+                                               (3, 350, 250), (20, 3000, 2500)])
+def test_interpolation_is_exact_for_an_affine_table(b: int, kv_per_seq: int, p: int) -> None:
+    """Between grid points and beyond the top (the last segment extends)."""
+    got = _table().gpu_ms(b, b * kv_per_seq, p)
+    assert got == pytest.approx(1 + 0.01 * p + 0.5 * b + 0.002 * kv_per_seq)
+
+
+def test_edge_cases() -> None:
+    t = _table()
+    assert t.gpu_ms(0, 0, 0) == 0.0
+    assert t.gpu_ms(1, 10) == t.gpu_ms(1, 100)  # below the grid: its first value holds
+    # A prefill chunk after earlier context adds the prefill-context table's increment.
+    assert t.gpu_ms(0, 0, 1000, 2000) - t.gpu_ms(0, 0, 1000) == pytest.approx(0.001 * 1000 / 2)
+    with pytest.raises(ValueError, match="does not match its grid"):
+        _table(ms=[[[1.0]]])
+    with pytest.raises(ValueError, match="format"):
+        _table(format=2)
+
+
+def test_decode_is_affine_in_context_between_grid_points() -> None:
+    """What the closed-form summing of decode runs needs: with the batch fixed, a step is
+    affine in its context between the table's kv grid points."""
+    t = load_step_table(TABLES_DIR / "H200-141GB_DeepSeek-V4-Flash_TP8+EP_fp8_block_fp8_block.json")
+    seqs, lo, hi = 24, 4096 * 24, 16384 * 24
+    xs = [lo + (hi - lo) * i / 4 for i in range(5)]
+    ys = [t.gpu_ms(seqs, x) for x in xs]
+    steps = [b - a for a, b in zip(ys, ys[1:], strict=False)]
+    assert steps[0] > 0 and all(s == pytest.approx(steps[0]) for s in steps)
+
+
+def test_committed_tables_load_with_their_source_and_grow_with_work() -> None:
+    files = sorted(TABLES_DIR.glob("*.json"))
+    assert {load_step_table(f).layout for f in files} >= set(DEMO_LAYOUTS)
+    for f in files:
+        t = load_step_table(f)
+        raw = json.loads(f.read_text())
+        assert raw["source"]["licence"] == "Apache-2.0" and raw["source"]["version"]
+        assert raw["source"]["backend_table_families"], f
+        decode = [t.gpu_ms(b, b * 4096) for b in (1, 32, 256)]
+        prefill = [t.gpu_ms(0, 0, p) for p in (2048, 8192)]
+        assert decode == sorted(decode) and decode[0] < decode[-1], f
+        assert prefill == sorted(prefill) and prefill[0] < prefill[-1], f
+
+
+def test_select_step_model(tmp_path: Path) -> None:
+    chosen = select_step_model("H200-141GB", "DeepSeek-V4-Flash", "TP8+EP", FP8)
+    assert chosen.name == "measured" and chosen.table is not None
+    assert "aiconfigurator-core 0.12.0" in chosen.label and "vllm 0.24.0" in chosen.label
+    # The official checkpoint's FP4 experts have no measured table: roofline, named so.
+    fp4 = select_step_model("H200-141GB", "DeepSeek-V4-Flash", "TP8+EP", "fp8_block/fp4")
+    assert fp4.name == "roofline" and fp4.table is None
+    assert "no measured table for H200-141GB/DeepSeek-V4-Flash/TP8+EP/fp8_block/fp4" in fp4.label
+    assert select_step_model("H200-141GB", "DeepSeek-V4-Flash", "TP8+EP", FP8,
+                             tables_dir=tmp_path).name == "roofline"
