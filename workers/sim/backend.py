@@ -8,14 +8,19 @@ from pathlib import Path
 from autotune.backends import EngineBackend
 from autotune.deployment import DeploymentSpec
 from autotune.engine_config import EngineConfig
+from autotune.errors import ConfigError
 from autotune.records import CalibrationResult, Measurement, ReplayResult
 from autotune.settings import get_settings
 from autotune.traffic.trace import Trace
 from workers.sim.calibrate import calibrate
 from workers.sim.engine import replay, start_perf
 from workers.sim.perf import EngineShape, PerfModel
+from workers.sim.perf_measured import MeasuredPerfModel
 from workers.sim.profile import Profile, find_profile, load_profile, save_profile
 from workers.sim.shape import engine_shape
+from workers.sim.step_table import ROOFLINE, layout_name, model_precision, select_step_model
+
+STEP_MODELS = (ROOFLINE, "measured")
 
 
 class SimulatorBackend(EngineBackend):
@@ -26,15 +31,25 @@ class SimulatorBackend(EngineBackend):
     as the `vllm` backend sets VLLM_CPU_KVCACHE_SPACE), `skip_decode_runs` (False: step through
     every engine step; the reference the fast path is checked against), `replay_delay_s` (each
     replay takes at least this many wall-clock seconds: paces a simulated campaign like a real
-    one, for demos and for tests that kill a job mid-trial; AUTOTUNE_SIM__REPLAY_DELAY_S).
+    one, for demos and for tests that kill a job mid-trial; AUTOTUNE_SIM__REPLAY_DELAY_S),
+    `step_model` ("roofline", the default, or "measured": GPU step times from the committed
+    measured table for the deployment's GPU, model, parallel layout and `step_precision`, the
+    checkpoint's own precision unless given, falling back to the roofline where there is none;
+    `notes()["step_model"]` names which ran).
     """
 
     name = "sim"
     simulated = True
 
     def __init__(self, skip_decode_runs: bool = True, profile: str | None = None,
-                 cpu_kvcache_space_gib: float = 1.0, replay_delay_s: float = 0.0) -> None:
+                 cpu_kvcache_space_gib: float = 1.0, replay_delay_s: float = 0.0,
+                 step_model: str = ROOFLINE, step_precision: str | None = None) -> None:
+        if step_model not in STEP_MODELS:
+            raise ConfigError(f"sim backend option step_model={step_model!r}: expected one of "
+                              f"{', '.join(STEP_MODELS)}")
         self._perf: PerfModel | None = None
+        self._step_label = ""
+        self.step_model, self.step_precision = step_model, step_precision
         self.skip_decode_runs = skip_decode_runs
         self.profile_path = profile
         self.cpu_kvcache_space_gib = float(cpu_kvcache_space_gib)
@@ -53,16 +68,28 @@ class SimulatorBackend(EngineBackend):
         self.start_shape(shape, deployment, self.profile_for(deployment))
 
     def start_shape(self, shape: EngineShape, deployment: DeploymentSpec, profile: Profile) -> None:
-        self._perf = start_perf(shape, deployment, profile, self.cpu_kvcache_space_gib)
+        table = None
+        if self.step_model == "measured":
+            model = deployment.model_info
+            chosen = select_step_model(
+                deployment.gpu_info.name, model.name,
+                layout_name(shape.tensor_parallel_size, shape.data_parallel_size,
+                            shape.enable_expert_parallel),
+                self.step_precision or model_precision(model))
+            table, self._step_label = chosen.table, chosen.label
+        self._perf = start_perf(shape, deployment, profile, self.cpu_kvcache_space_gib, table)
 
     def notes(self) -> dict[str, str]:
         perf = self.perf
         p = perf.profile
         fitted = "fitted" if p.fit else "not fitted"
-        out = {"step_model": f"roofline; profile {p.gpu}/{p.model} v{p.version} ({fitted})"}
+        # With step_model=measured the label names the table, or why the roofline ran instead.
+        step = self._step_label or ROOFLINE
+        out = {"step_model": f"{step}; profile {p.gpu}/{p.model} v{p.version} ({fitted})"}
         if perf.shape.enable_expert_parallel and perf.shape.data_parallel_size > 1:
-            out["all_to_all"] = ("bandwidth/latency model of the GPU link "
-                                 "(allgather/reduce-scatter; no measured all-to-all)")
+            if not isinstance(perf, MeasuredPerfModel):  # the measured table has its own
+                out["all_to_all"] = ("bandwidth/latency model of the GPU link "
+                                     "(allgather/reduce-scatter; no measured all-to-all)")
             out["dp_lockstep"] = ("DP ranks step together, each padded to the largest batch; idle "
                                   "ranks run one-token dummy steps; least-loaded routing")
         return out

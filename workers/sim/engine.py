@@ -10,14 +10,20 @@ from autotune.errors import EngineStartError
 from autotune.records import ReplayResult
 from autotune.traffic.trace import Trace
 from workers.sim.perf import EngineShape, PerfModel, StartFailure
+from workers.sim.perf_measured import MeasuredPerfModel
 from workers.sim.profile import Profile
 from workers.sim.scheduler import simulate, simulate_data_parallel
+from workers.sim.step_table import StepTable
 
 
 def start_perf(shape: EngineShape, deployment: DeploymentSpec, profile: Profile,
-               cpu_kvcache_space_gib: float = 1.0) -> PerfModel:
-    """The engine's memory and step-time model; EngineStartError where vLLM would not start."""
+               cpu_kvcache_space_gib: float = 1.0, table: StepTable | None = None) -> PerfModel:
+    """The engine's memory and step-time model (GPU step times from `table` where given, else
+    the roofline); EngineStartError where vLLM would not start."""
     try:
+        if table is not None:
+            return MeasuredPerfModel(deployment.gpu_info, deployment.model_info, shape, profile,
+                                     table, cpu_kvcache_space_gib=cpu_kvcache_space_gib)
         return PerfModel(deployment.gpu_info, deployment.model_info, shape, profile,
                          cpu_kvcache_space_gib=cpu_kvcache_space_gib)
     except StartFailure as exc:

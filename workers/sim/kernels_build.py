@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.catalogue import GPU, Model
-from workers.sim.step_table import TABLE_FORMAT, layout_name, table_filename
+from workers.sim.step_table import TABLE_FORMAT, layout_name, model_precision, table_filename
 
 PACKAGE = "aiconfigurator-core"
 LICENCE = "Apache-2.0"
@@ -40,11 +40,6 @@ PREFILL_CONTEXT = (0, 2048, 8192, 32768, 131072, 262144)
 
 class KernelsUnavailable(Exception):
     """The extra is not installed, or the package has no data for the request."""
-
-
-def model_precision(model: Model) -> str:
-    """The precision label of the catalogue model's checkpoint: dense/experts quantisation."""
-    return f"{model.dense_quant}/{model.expert_quant}" if model.num_experts else model.dense_quant
 
 
 def engine_config(gpu: GPU, model: Model, tp: int, dp: int, ep: bool, precision: str,

@@ -344,6 +344,23 @@ class PerfModel:
         cached = self._regimes.get(seqs)
         if cached is not None:
             return cached
+        bounds = self._decode_cuts(seqs)
+        if self.overlap_cpu:
+            bounds = self._overlap_cuts(seqs, bounds)
+        coefs = []
+        for lo, hi in zip([0.0, *bounds], [*bounds, float("inf")], strict=True):
+            x1, x2 = (lo + 1.0, lo + 2.0) if hi == float("inf") else (lo + (hi - lo) / 3,
+                                                                     lo + 2 * (hi - lo) / 3)
+            t1, t2 = self.step_s(seqs, x1), self.step_s(seqs, x2)
+            beta = (t2 - t1) / (x2 - x1)
+            coefs.append((t1 - beta * x1, beta))
+        self._regimes[seqs] = (bounds, coefs)
+        return bounds, coefs
+
+    def _decode_cuts(self, seqs: int) -> list[float]:
+        """The context sizes (kv tokens, all sequences) between which a decode step of `seqs`
+        sequences is affine in its context: where attention switches between bandwidth- and
+        compute-bound or reaches its sparse cap. Sorted."""
         lay = self.layout
         g, f = 1.0 / self.attn_bps, lay.attn_flops_per_pair / self.attn_flops
         fixed = seqs * lay.read_fixed_bytes_per_seq * g
@@ -356,18 +373,7 @@ class PerfModel:
             cuts.append(cap)
             if slope:  # ... and the capped flops line f * cap
                 cuts.append((f * cap - fixed) / slope)
-        bounds = sorted(c for c in cuts if c > 0)
-        if self.overlap_cpu:
-            bounds = self._overlap_cuts(seqs, bounds)
-        coefs = []
-        for lo, hi in zip([0.0, *bounds], [*bounds, float("inf")], strict=True):
-            x1, x2 = (lo + 1.0, lo + 2.0) if hi == float("inf") else (lo + (hi - lo) / 3,
-                                                                     lo + 2 * (hi - lo) / 3)
-            t1, t2 = self.step_s(seqs, x1), self.step_s(seqs, x2)
-            beta = (t2 - t1) / (x2 - x1)
-            coefs.append((t1 - beta * x1, beta))
-        self._regimes[seqs] = (bounds, coefs)
-        return bounds, coefs
+        return sorted(c for c in cuts if c > 0)
 
     def _overlap_cuts(self, seqs: int, bounds: list[float]) -> list[float]:
         """With async scheduling a decode step takes max(GPU, CPU): the CPU part is constant

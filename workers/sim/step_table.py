@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autotune.catalogue import Model
+
 TABLES_DIR = Path(__file__).resolve().parent / "kernels"
 TABLE_FORMAT = 1
 ROOFLINE = "roofline"
@@ -46,6 +48,11 @@ def parse_layout(text: str) -> tuple[int, int, bool]:
     if tp < 1 or dp < 1:
         raise ValueError(f"parallel layout {text!r}: sizes must be at least 1")
     return tp, dp, bool(m.group(4))
+
+
+def model_precision(model: Model) -> str:
+    """The precision label of the catalogue model's checkpoint: dense[/experts] quantisation."""
+    return f"{model.dense_quant}/{model.expert_quant}" if model.num_experts else model.dense_quant
 
 
 def _segment(axis: list[float], x: float) -> tuple[int, float]:

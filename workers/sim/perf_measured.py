@@ -1,0 +1,89 @@
+"""Step times from a measured table (workers/sim/step_table.py) instead of the roofline.
+
+Opt-in (the `sim` backend's `step_model=measured` option); the roofline stays the default. Only
+the GPU part of a step changes: memory, CPU costs, CUDA-graph padding of decode batches, the
+eager-mode launch cost above the largest capture size and async overlap are the roofline
+model's. A DP rank's step is read from the table at its own batch (padded to the largest rank's
+while all ranks run CUDA graphs, as vLLM pads them): the table was sampled with every rank
+equally loaded, so a rank's MoE share follows its own load, not the sum of all ranks'.
+With the batch fixed a decode step is affine in its context between the table's context grid
+points, so the closed-form summing of decode runs keeps working with those points as breaks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autotune.catalogue import GPU, Model
+from workers.sim.perf import EngineShape, PerfModel, RankBatch
+from workers.sim.profile import Profile
+from workers.sim.step_table import StepTable
+
+
+class MeasuredPerfModel(PerfModel):
+    def __init__(self, gpu: GPU, model: Model, shape: EngineShape, profile: Profile,
+                 table: StepTable, cpu_kvcache_space_gib: float = 1.0) -> None:
+        super().__init__(gpu, model, shape, profile, cpu_kvcache_space_gib)
+        self.table = table
+        self._eager_s = profile.coefficients.eager_layer_s * model.num_layers
+
+    def _gpu_s(self, seqs: int, decode_kv_tokens: float, prefill_tokens: int, prefill_seqs: int,
+               prefill_attn_pairs: float, graphed: bool) -> float:
+        """seqs: the decode sequences, already padded to a captured size where graphed."""
+        context = 0.0
+        if prefill_tokens:  # pairs = chunk * (context + chunk / 2), per prompt on average
+            chunk = prefill_tokens / max(prefill_seqs, 1)
+            context = max(0.0, prefill_attn_pairs / prefill_tokens - chunk / 2)
+        gpu = self.table.gpu_ms(seqs, decode_kv_tokens, prefill_tokens, context) / 1e3
+        if not graphed and (not self.graphs or seqs + prefill_tokens > self.graphs[-1]):
+            gpu += self._eager_s
+        return gpu
+
+    def step_parts_s(self, decode_seqs: int, decode_kv_tokens: float, prefill_tokens: int = 0,
+                     prefill_seqs: int = 0, prefill_attn_pairs: float = 0.0
+                     ) -> tuple[float, float]:
+        tokens = decode_seqs + prefill_tokens
+        graphed = prefill_tokens == 0 and 0 < tokens <= self._graph_max
+        seqs = self._pad[tokens] if graphed else decode_seqs
+        gpu = self._gpu_s(seqs, decode_kv_tokens, prefill_tokens, prefill_seqs,
+                          prefill_attn_pairs, graphed)
+        return gpu, self._cpu_s(decode_seqs + prefill_seqs, prefill_tokens)
+
+    def _decode_cuts(self, seqs: int) -> list[float]:
+        padded = self._pad[seqs] if 0 < seqs <= self._graph_max else seqs
+        return [padded * k for k in self.table.kv_per_seq if k > 0]
+
+    def _rank_s(self, b: RankBatch | None, padded_to: int | None) -> float:
+        """One rank's step in a lockstep step; padded_to: the captured size every rank pads
+        its decode batch to (None: no graphs this step, each runs its own tokens)."""
+        if b is None:  # a dummy batch: one token over a context of one, no scheduling
+            gpu = self._gpu_s(padded_to or 1, 1, 0, 0, 0.0, padded_to is not None)
+            cpu = self._cpu_step
+        else:
+            seqs = padded_to if padded_to is not None and b.prefill_tokens == 0 else b.decode_seqs
+            gpu = self._gpu_s(seqs, b.decode_kv_tokens, b.prefill_tokens, b.prefill_seqs,
+                              b.prefill_attn_pairs, padded_to is not None and b.prefill_tokens == 0)
+            cpu = self._cpu_s(b.decode_seqs + b.prefill_seqs, b.prefill_tokens)
+        return max(gpu, cpu) if self.overlap_cpu else gpu + cpu
+
+    def _padded_to(self, tokens: list[int], uniform_decode: bool) -> int | None:
+        largest = max(tokens)
+        if self.graphs and largest <= self._graph_max and uniform_decode:
+            return self._pad[largest]
+        return None
+
+    def lockstep_step_s(self, batches: list[RankBatch | None]) -> float:
+        tokens = [1 if b is None else b.decode_seqs + b.prefill_tokens for b in batches]
+        uniform = all(b is None or b.prefill_tokens == 0 for b in batches)
+        padded = self._padded_to(tokens, uniform)
+        return max(self._rank_s(b, padded) for b in batches)
+
+    def lockstep_decode_s(self, seqs: list[int], kv_tokens: list[int], idle_ranks: int,
+                          steps: int) -> np.ndarray:
+        padded = self._padded_to([*seqs, *([1] * idle_ranks)], True)
+        out = np.empty(steps)
+        dummy = self._rank_s(None, padded) if idle_ranks else 0.0
+        for j in range(steps):
+            out[j] = max([dummy, *(self._rank_s(RankBatch(m, kv0 + m * j, 0, 0, 0.0), padded)
+                                   for m, kv0 in zip(seqs, kv_tokens, strict=True))])
+        return out
