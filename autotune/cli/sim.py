@@ -39,6 +39,13 @@ def simulate(
     seed: Annotated[int, typer.Option(help="Replay seed (run-to-run jitter).")] = 0,
     profile: Annotated[Path | None, typer.Option(
         help="A simulator profile file (default: the newest calibrated one, else bundled).")] = None,
+    step_model: Annotated[str, typer.Option(
+        help="GPU step times: roofline, or measured (the committed measured table for this GPU, "
+             "model, layout and --step-precision; the roofline where there is none).")
+    ] = "roofline",
+    step_precision: Annotated[str | None, typer.Option(
+        help="With --step-model measured: the table's dense[/experts] precision, e.g. "
+             "fp8_block/fp8_block (default: the checkpoint's).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object.")] = False,
 ) -> None:
     """Replay a trace once on the simulator and print its latency summary (the same fields as a
@@ -59,14 +66,16 @@ def simulate(
     config = EngineConfig.from_mapping({"max_model_len": max_model_len, "tensor_parallel_size": tp,
                                         **_parse_sets(set_ or [])})
     loaded = load_trace(trace)
-    backend = load_backend("sim", profile=str(profile) if profile else None)
+    backend = load_backend("sim", profile=str(profile) if profile else None,
+                           step_model=step_model, step_precision=step_precision)
     backend.start(config, dep, label="simulate")
     try:
+        step_label = backend.notes()["step_model"]
         summary = summarize(backend.replay(loaded, rate_scale, seed))
     finally:
         backend.stop()
     if as_json:
-        output.emit(summary.model_dump())
+        output.emit({**summary.model_dump(), "step_model": step_label})
         return
     args = effective_values(config, dep)
     table = Table(title=f"{loaded.name} x{rate_scale:g} on {tp}x{dep.gpu_info.name}, {model}")
@@ -79,6 +88,7 @@ def simulate(
         table.add_row(key, f"{value:,.3f}")
     console.print(table)
     console.print("engine arguments: " + ", ".join(f"{k}={v}" for k, v in args.items()))
+    console.print(f"step model: {step_label}")
 
 
 @sim_app.command("calibrate")

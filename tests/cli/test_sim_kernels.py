@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -24,3 +25,16 @@ def test_bad_input(tmp_path: Path, args: list[str], fragment: str) -> None:
     lines = [x for x in proc.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and fragment in lines[0], proc.stderr
     assert not out.exists()
+
+
+def test_simulate_json_names_the_step_model() -> None:
+    from autotune.traffic.trace import DEMO_TRACE
+
+    runs = {}
+    for args in ([], ["--step-model", "measured", "--step-precision", "fp8_block/fp8_block"]):
+        proc = run_cli("simulate", "--trace", str(DEMO_TRACE), "--json", *args)
+        assert proc.returncode == 0, proc.stderr
+        runs[bool(args)] = json.loads(proc.stdout)
+    assert runs[False]["step_model"].startswith("roofline; profile H200-141GB/DeepSeek-V4-Flash")
+    assert runs[True]["step_model"].startswith("measured table H200-141GB/DeepSeek-V4-Flash/TP8/")
+    assert runs[True]["output_tok_s"] != runs[False]["output_tok_s"]

@@ -1,0 +1,70 @@
+"""The sim backend's opt-in measured step model: off by default, priced from the table when
+asked for, named in the notes, and still summing decode runs in closed form."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.baselines import guide_heuristic
+from autotune.deployment import DEMO
+from autotune.errors import ConfigError
+from autotune.metrics import summarize
+from autotune.traffic.trace import Trace
+from workers.sim.backend import SimulatorBackend
+from workers.sim.perf import PerfModel
+from workers.sim.perf_measured import MeasuredPerfModel
+
+FP8 = "fp8_block/fp8_block"
+TRACE = Trace.from_rows("mixed", [{"arrival_s": i * 0.05, "output_tokens": 40 + 37 * (i % 5),
+                                   "prompt_tokens": 3000 if i % 7 == 0 else 300}
+                                  for i in range(80)])
+
+
+def _started(config=None, **options: object) -> SimulatorBackend:  # type: ignore[no-untyped-def]
+    backend = SimulatorBackend(**options)  # type: ignore[arg-type]
+    backend.start(config or guide_heuristic(DEMO), DEMO)
+    return backend
+
+
+def test_roofline_is_the_default() -> None:
+    backend = _started()
+    assert type(backend.perf) is PerfModel
+    assert backend.notes()["step_model"].startswith("roofline; profile")
+
+
+def test_measured_prices_the_gpu_part_from_the_table() -> None:
+    backend = _started(step_model="measured", step_precision=FP8)
+    perf = backend.perf
+    assert isinstance(perf, MeasuredPerfModel) and perf.table.layout == "TP8"
+    assert backend.notes()["step_model"].startswith("measured table H200-141GB/DeepSeek-V4-Flash/"
+                                                    "TP8/fp8_block/fp8_block (aiconfigurator-core")
+    gpu, _ = perf.step_parts_s(32, 32 * 4096)  # 32 is a capture size: no padding
+    assert gpu == pytest.approx(perf.table.gpu_ms(32, 32 * 4096) / 1e3)
+    # 30 sequences pad to the 32-sequence graph, as vLLM runs them.
+    assert perf.step_parts_s(30, 32 * 4096)[0] == pytest.approx(gpu)
+
+
+def test_measured_without_a_table_falls_back_to_the_roofline_and_says_why() -> None:
+    backend = _started(step_model="measured")  # the checkpoint's FP4 experts: no table
+    assert type(backend.perf) is PerfModel
+    assert backend.notes()["step_model"].startswith(
+        "roofline (no measured table for H200-141GB/DeepSeek-V4-Flash/TP8/fp8_block/fp4)")
+
+
+def test_unknown_step_model_is_refused() -> None:
+    with pytest.raises(ConfigError, match="step_model='fast': expected one of roofline, measured"):
+        SimulatorBackend(step_model="fast")
+
+
+@pytest.mark.parametrize("overrides", [{}, {"tensor_parallel_size": 2, "data_parallel_size": 4,
+                                            "enable_expert_parallel": True}])
+def test_measured_decode_runs_sum_in_closed_form(overrides: dict[str, object]) -> None:
+    """Skipping decode runs (the table's context grid points as breaks) gives what stepping
+    through every engine step gives."""
+    config = guide_heuristic(DEMO).merged(**overrides)
+    results = [summarize(_started(config, step_model="measured", step_precision=FP8,
+                                  skip_decode_runs=skip).replay(TRACE, 1.0, 0)).model_dump()
+               for skip in (True, False)]
+    assert results[0]["completed"] == 80
+    for key in ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "e2e_p99_ms", "output_tok_s"):
+        assert results[0][key] == pytest.approx(results[1][key], rel=1e-9), key
