@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -58,6 +59,10 @@ class SimSettings(BaseModel):
     # Wall-clock seconds each simulated replay takes at least, so a simulated campaign can be
     # paced like a real one (demos, and the resume and Ray tests that kill jobs mid-trial).
     replay_delay_s: float = Field(default=0.0, ge=0)
+    # GPU step times: "roofline", or "measured" (the committed table for the engine's GPU,
+    # model, layout and step_precision, default the checkpoint's; the roofline where none).
+    step_model: Literal["roofline", "measured"] = "roofline"
+    step_precision: str | None = None
 
 
 class Settings(BaseSettings):

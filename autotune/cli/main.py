@@ -471,8 +471,13 @@ def _backend_options(backend: str, settings: Any, model_path: str | None,
     if backend != "vllm":
         if model_path or engine_args:
             raise ConfigError(f"--model-path and --engine-arg are for {flag} vllm")
-        delay = settings.sim.replay_delay_s
-        return {"replay_delay_s": delay} if backend == "sim" and delay else {}
+        if backend != "sim":
+            return {}
+        sim = settings.sim  # only what differs from the defaults, so records stay as they were
+        return {k: v for k, v in (("replay_delay_s", sim.replay_delay_s),
+                                  ("step_model", sim.step_model),
+                                  ("step_precision", sim.step_precision))
+                if v and v != "roofline"}
     if not model_path:
         raise ConfigError(f"{flag} vllm needs --model-path (a local model directory, e.g. one "
                           "made by `autotune models make-tiny DIR`, or a model id)")

@@ -68,3 +68,13 @@ def test_measured_decode_runs_sum_in_closed_form(overrides: dict[str, object]) -
     assert results[0]["completed"] == 80
     for key in ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "e2e_p99_ms", "output_tok_s"):
         assert results[0][key] == pytest.approx(results[1][key], rel=1e-9), key
+
+
+def test_campaign_settings_pass_the_step_model_only_when_asked_for() -> None:
+    from autotune.cli.main import _backend_options
+    from autotune.settings import Settings
+
+    assert _backend_options("sim", Settings(), None, []) == {}  # records stay as they were
+    asked = Settings(sim={"step_model": "measured", "step_precision": FP8})  # type: ignore[arg-type]
+    assert _backend_options("sim", asked, None, []) == {"step_model": "measured",
+                                                        "step_precision": FP8}

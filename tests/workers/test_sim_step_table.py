@@ -3,6 +3,7 @@ between a measured table and the roofline."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -79,7 +80,7 @@ def test_decode_is_affine_in_context_between_grid_points() -> None:
     seqs, lo, hi = 24, 4096 * 24, 16384 * 24
     xs = [lo + (hi - lo) * i / 4 for i in range(5)]
     ys = [t.gpu_ms(seqs, x) for x in xs]
-    steps = [b - a for a, b in zip(ys, ys[1:], strict=False)]
+    steps = [b - a for a, b in itertools.pairwise(ys)]
     assert steps[0] > 0 and all(s == pytest.approx(steps[0]) for s in steps)
 
 

@@ -111,8 +111,12 @@ def build_table(gpu: GPU, model: Model, tp: int, dp: int = 1, ep: bool = False,
         fpm = RustForwardPassPerfModel.from_native(config)
 
         def ms(*args: int) -> float:
-            return 0.0 if not (args[0] or args[2]) else float(fpm.estimate_forward_pass_time_ms(
-                _fpm(*args)))
+            if not (args[0] or args[2]):
+                return 0.0
+            value = fpm.estimate_forward_pass_time_ms(_fpm(*args))
+            if value is None:  # only a regression model answers None; from_native is not one
+                raise ValueError(f"no estimate for {_fpm(*args)}")
+            return float(value)
 
         grid = [[[ms(b, k, p) for k in KV_PER_SEQ] for b in DECODE_SEQS] for p in PREFILL_TOKENS]
         prefill_ctx = [[ms(0, 0, p, c) for c in PREFILL_CONTEXT] for p in PREFILL_TOKENS]
