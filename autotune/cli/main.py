@@ -203,7 +203,7 @@ def tune(
     Exit code 0 once the campaign completes, whatever stopped its search; 2 bad input."""
     from autotune import budget as budgets
     from autotune import per_path as pp
-    from autotune.cli.render import LiveTrials
+    from autotune.cli.live import progress_observer
     from autotune.cli.report import print_campaign_result
     from autotune.deployment import DeploymentSpec
     from autotune.executors import load_executor
@@ -311,7 +311,7 @@ def tune(
             console.print(f"campaign {r.campaign!r} of deployment {r.deployment.name!r} already "
                           "completed" + ("; its result:" if not per_path else ""))
             return done[r.study_name]
-        live = LiveTrials(console)
+        live = progress_observer(console)
         controller = StudyController(engine, url, r, load_executor(executor, **exec_options),
                                      observer=live, lease_s=settings.campaign_lease_s)
         try:
