@@ -131,13 +131,14 @@ class ProgressState:
         rejected = sum(1 for x in self.records if x.state == RecordState.REJECTED)
         best = max((x.capacity_output_tok_s for x in self.records if x.feasible), default=0.0)
         head = (f"confirming: {self.confirm_done}/{self.confirm_of} runs" if self.confirm_of
-                else f"{measured}/{r.max_trials} trials, {rejected} rejected by rules")
+                else f"{measured}/{r.max_trials} trials"
+                + (f", {rejected} rejected by rules" if rejected else ""))
         return f"{r.study_name}: {head}, best {best:,.0f} output tok/s, {self.eta_text()}"
 
 
-def _step_text(step: progress.ReplayStep | None) -> tuple[str, str, str]:
-    if step is None:
-        return "starting", "-", "-"
+def _step_text(step: progress.ReplayStep | None, remote: bool) -> tuple[str, str, str]:
+    if step is None:  # a worker's steps happen in its own process: never seen here
+        return "on a worker" if remote else "starting", "-", "-"
     return (f"{step.phase} {step.step}/{step.of}", f"x{step.rate_scale:.3g}",
             f"{step.offered_req_s:,.1f}")
 
@@ -156,6 +157,7 @@ class LiveTrials(Observer):
             running = sorted(s.running.items())
             records = list(s.records)
         now = s.clock()
+        remote = s.request is not None and s.request.executor != "inline"
         flight = Table(title="In flight", title_justify="left")
         for col in ("#", "role", "step", "rate", "req/s", "elapsed"):
             flight.add_column(col, justify="left" if col in ("role", "step") else "right",
@@ -163,7 +165,7 @@ class LiveTrials(Observer):
         for (study, number), job in running:
             confirming = study.endswith(":confirm")
             flight.add_row(f"run {number + 1}" if confirming else str(number), job.role,
-                           *_step_text(job.step), progress.duration_text(now - job.started_s))
+                           *_step_text(job.step, remote), progress.duration_text(now - job.started_s))
         parts: list[Any] = [Text(s.summary(), style="bold")]
         if running:
             parts.append(flight)
