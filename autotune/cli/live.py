@@ -235,6 +235,13 @@ class LogProgress(Observer):
         pass
 
 
+def log_outside_terminal(console: Console, line: str) -> None:
+    """An event printed on the console (a publication, a quarterly decision), also as a
+    progress log line where no person watches a terminal (the console may be --json's)."""
+    if not console.is_terminal:
+        progress.progress_logger().info("%s", line)
+
+
 def progress_observer(console: Console) -> LiveTrials | LogProgress:
     """The live view where a person watches a terminal, log lines where output is kept."""
     return LiveTrials(console) if console.is_terminal else LogProgress()

@@ -571,9 +571,13 @@ def publish(
             s.flush()
             views = [json_views.publication(pub)]
     # Printed after the commit: a closed stdout (`| head -1`) must not undo the publication.
+    from autotune.cli.live import log_outside_terminal
+
     for view in views:
-        console.print(f"published trial {view['trial']} of campaign {view['campaign']!r} for "
-                      f"deployment {view['deployment']!r} ({view['period']}):")
+        line = (f"published trial {view['trial']} of campaign {view['campaign']!r} for "
+                f"deployment {view['deployment']!r} ({view['period']})")
+        console.print(f"{line}:")
+        log_outside_terminal(console, line)
         console.print("  " + " ".join(view["engine_args"]), soft_wrap=True)
     if as_json:
         output.emit({"publications": views})

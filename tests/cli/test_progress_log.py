@@ -1,5 +1,6 @@
 """`tune` outside a terminal (piped to a file, CI): one log line per event on stderr at the
-default log level, never a redraw; stdout keeps the tables, and with --json the one object."""
+default log level, never a redraw; stdout keeps the tables, and with --json the one object.
+`publish` logs its publication the same way."""
 
 from __future__ import annotations
 
@@ -36,6 +37,11 @@ def test_piped_tune_logs_one_line_per_event(migrated_sqlite: str) -> None:
     assert len(runs) % 2 == 0 and len(runs) >= 4  # each run started and finished
     assert sum(e.endswith(": started") for e in runs) == len(runs) // 2
     assert all("left" in e for e in runs if not e.endswith(": started"))
+    published = run_cli("publish", "--campaign", "demo", "--json", env=env)
+    assert published.returncode == 0, published.stderr
+    [line] = [m.group(1) for x in published.stderr.splitlines() if (m := LINE.match(x))]
+    assert re.fullmatch(r"published trial \d+ of campaign 'demo' for deployment 'demo' \(.+\)",
+                        line)
 
 
 def test_a_raised_log_level_silences_the_progress_lines(migrated_sqlite: str) -> None:
