@@ -90,7 +90,9 @@ def confirmation_table(rows: list[Any]) -> Table:
     table = Table(title="Confirmation (re-runs with other arrival seeds; winner = best 90% "
                         "lower confidence bound)", title_justify="left")
     for col in ("#", "role", "runs", "search tok/s", "mean tok/s", "sd", "CV", "LCB tok/s", ""):
-        table.add_column(col, justify="left" if col in ("role", "") else "right")
+        # Narrow: the role folds onto a second line rather than being cut.
+        table.add_column(col, justify="left" if col in ("role", "") else "right",
+                         overflow="fold")
     for r in rows:
         table.add_row(str(r.trial.number), r.role, str(r.n),
                       f"{r.trial.capacity_output_tok_s:,.0f}", f"{r.mean_output_tok_s:,.0f}",
@@ -109,9 +111,9 @@ def comparison_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
         " (confirmed: mean ± sd over re-runs with the same seeds; gains from those only)"
         if confirmed
         else " (single search measurements: no confirmation ran)"), title_justify="left")
-    table.add_column("")
+    table.add_column("", overflow="fold")  # a long engine argument's name folds, never cut
     for label, _ in rows:
-        table.add_column(label, justify="right")
+        table.add_column(label, justify="right", overflow="fold")
 
     def line(name: str, fn: Any) -> None:
         table.add_row(name, *(fn(r) for _, r in rows))
