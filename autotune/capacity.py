@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from autotune import progress
 from autotune.backends import EngineBackend
 from autotune.errors import EngineStartError, ReplayError
 from autotune.metrics import meets, summarize
@@ -60,7 +61,7 @@ def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: floa
     window_s = spec.search.window_s
     span_s = float(trace.duration_s) if window_s is not None else None
 
-    def offered(scale: float) -> object:
+    def offered(scale: float) -> Any:
         """The trace a replay at `scale` plays: with a window, its first window_s * scale s."""
         if window_s is None or span_s is None or window_s * scale >= span_s:
             return trace
@@ -68,8 +69,13 @@ def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: floa
         count = int(np.searchsorted(arrival, arrival[0] + window_s * scale, side="right"))
         return trace.slice(0, max(count, 1))
 
-    def measure(scale: float) -> LatencySummary:
-        summary = summarize(backend.replay(offered(scale), scale, spec.seed), spec.slo)
+    def measure(scale: float, phase: str, step: int, of: int) -> LatencySummary:
+        played = offered(scale)
+        span = float(played.duration_s)
+        rate = len(played) / span * scale if span > 0 else 0.0  # requests over the trace's span
+        progress.emit(progress.ReplayStep(spec.study_name, spec.trial_number, phase, step, of,
+                                          scale, rate))
+        summary = summarize(backend.replay(played, scale, spec.seed), spec.slo)
         lag = summary.send_lag_p99_ms
         client_bound = lag is not None and lag > spec.search.max_send_lag_p99_ms
         ok = meets(summary, spec.slo) and not client_bound
@@ -92,8 +98,8 @@ def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: floa
     recorded = None
     failed_at: float | None = None
     ladder = spec.search.ladder(span_s)
-    for scale in ladder:
-        summary = measure(scale)
+    for rung, scale in enumerate(ladder, 1):
+        summary = measure(scale, "ladder", rung, len(ladder))
         if scale == 1.0:
             recorded = summary
         if not replays[-1]["slo_ok"]:
@@ -108,9 +114,9 @@ def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: floa
             "measured", start_s=start_s, measure_s=time.monotonic() - t1, replays=replays)
     if best is not None and failed_at is not None:
         lo, hi = best[0], failed_at
-        for _ in range(spec.search.bisect_steps):
+        for step in range(1, spec.search.bisect_steps + 1):
             mid = (lo * hi) ** 0.5  # geometric: rates span orders of magnitude
-            summary = measure(mid)
+            summary = measure(mid, "bisect", step, spec.search.bisect_steps)
             if replays[-1]["slo_ok"]:
                 lo, best = mid, (mid, summary)
                 passing.append(best)

@@ -31,7 +31,7 @@ import scipy.stats
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
-from autotune import budget
+from autotune import budget, progress
 from autotune.engine_config import EngineConfig
 from autotune.executors import Executor
 from autotune.objective import is_feasible, outcome_constraints
@@ -160,9 +160,19 @@ def run(executor: Executor, template: TrialSpec, chosen: Sequence[Candidate],
     retried: set[int] = set()
     pending = list(specs)
     running = 0
+
+    def event(run_id: int, outcome: TrialOutcome | None = None) -> progress.ConfirmRun:
+        c, _, seed = jobs[run_id]
+        capacity = None if outcome is None else outcome.capacity_output_tok_s
+        return progress.ConfirmRun(specs[run_id].study_name, run_id + 1, len(jobs),
+                                   c.trial_number, c.role, seed, capacity,
+                                   None if outcome is None else outcome.failure_class)
+
     while pending or running:
         while pending and running < executor.slots:
-            executor.submit(specs[pending.pop(0)])
+            run_id = pending.pop(0)
+            progress.emit(event(run_id))
+            executor.submit(specs[run_id])
             running += 1
         for outcome in executor.wait():
             running -= 1
@@ -172,6 +182,7 @@ def run(executor: Executor, template: TrialSpec, chosen: Sequence[Candidate],
                 pending.insert(0, run_id)
                 continue
             results[run_id] = outcome
+            progress.emit(event(run_id, outcome))
     confirmed = []
     for c in chosen:
         ids = [run_id for run_id, (cand, _, _) in enumerate(jobs) if cand is c]

@@ -80,7 +80,7 @@ class Settings(BaseSettings):
     api: ApiSettings = ApiSettings()
     engine: EngineSettings = EngineSettings()
     sim: SimSettings = SimSettings()
-    log_level: str = "WARNING"  # per-trial lines are INFO
+    log_level: str = "WARNING"  # module lines are INFO; progress lines show up to WARNING
     # A tuning job renews its hold on a campaign every third of this; a job whose hold has not
     # moved for this long is taken for dead, and `autotune tune` resumes its campaign.
     campaign_lease_s: float = Field(default=30.0, gt=0)

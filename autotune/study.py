@@ -33,7 +33,7 @@ from optuna.trial import Trial as OptunaTrial
 from sqlalchemy import Engine
 
 from autotune import budget as budgets
-from autotune import confirm, resume
+from autotune import confirm, progress, resume
 from autotune import multifidelity as mf
 from autotune import optuna_keys as keys
 from autotune.baselines import BASELINES, deployment_args, resolved
@@ -145,6 +145,10 @@ class Observer:
     def on_start(self, request: CampaignRequest) -> None: ...
 
     def on_trial(self, record: TrialRecord) -> None: ...
+
+    def on_event(self, event: progress.Event) -> None:
+        """What happens while trials run (autotune.progress): called in the controller's thread,
+        a replay step of a trial run inline included."""
 
 
 @dataclass
@@ -285,6 +289,10 @@ class StudyController:
     # -- the loop ----------------------------------------------------------------------------
     def run(self) -> int:
         """Run the campaign to its budget, resuming it if a dead job left it; returns its id."""
+        with progress.reporting(self.observer.on_event):  # replay steps of inline trials too
+            return self._run()
+
+    def _run(self) -> int:
         r = self.request
         t0 = self.clock()
         claim = resume.claim_campaign(self.engine, r, self.lease_s)  # refuses a live job's
@@ -336,6 +344,8 @@ class StudyController:
                     budgets.MAX_TRIALS if submitted >= r.max_trials else "asks")
                 log.info("%s: search stopped (%s) after %d trials, %.3g GPU-hours", r.study_name,
                          self.stop_reason, submitted, self.gpu_hours)
+                progress.emit(progress.SearchStopped(r.study_name, self.stop_reason, submitted,
+                                                     self.gpu_hours))
                 if r.screen is not None:  # kept for a job that resumes the real phase
                     with session_scope(self.engine) as s:
                         row = s.get(Campaign, campaign_id)
@@ -528,6 +538,8 @@ class StudyController:
         log.info("%s trial %d (%s, %s): starting %s", spec.study_name, trial.number, role,
                  fidelity, " ".join(config.to_cli_args()))
         self.executor.submit(spec)
+        progress.emit(progress.TrialStarted(spec.study_name, trial.number, role, fidelity,
+                                            self.gpu_hours))
         return _InFlight(trial, role, config, [v.rule for v in broken], fidelity, spec=spec)
 
     def _set_constraints(self, trial: OptunaTrial, constraints: dict[str, float]) -> None:

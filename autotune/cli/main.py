@@ -203,7 +203,7 @@ def tune(
     Exit code 0 once the campaign completes, whatever stopped its search; 2 bad input."""
     from autotune import budget as budgets
     from autotune import per_path as pp
-    from autotune.cli.render import LiveTrials
+    from autotune.cli.live import progress_observer
     from autotune.cli.report import print_campaign_result
     from autotune.deployment import DeploymentSpec
     from autotune.executors import load_executor
@@ -311,7 +311,7 @@ def tune(
             console.print(f"campaign {r.campaign!r} of deployment {r.deployment.name!r} already "
                           "completed" + ("; its result:" if not per_path else ""))
             return done[r.study_name]
-        live = LiveTrials(console)
+        live = progress_observer(console)
         controller = StudyController(engine, url, r, load_executor(executor, **exec_options),
                                      observer=live, lease_s=settings.campaign_lease_s)
         try:
@@ -576,9 +576,13 @@ def publish(
             s.flush()
             views = [json_views.publication(pub)]
     # Printed after the commit: a closed stdout (`| head -1`) must not undo the publication.
+    from autotune.cli.live import log_outside_terminal
+
     for view in views:
-        console.print(f"published trial {view['trial']} of campaign {view['campaign']!r} for "
-                      f"deployment {view['deployment']!r} ({view['period']}):")
+        line = (f"published trial {view['trial']} of campaign {view['campaign']!r} for "
+                f"deployment {view['deployment']!r} ({view['period']})")
+        console.print(f"{line}:")
+        log_outside_terminal(console, line)
         console.print("  " + " ".join(view["engine_args"]), soft_wrap=True)
     if as_json:
         output.emit({"publications": views})

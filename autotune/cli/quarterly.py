@@ -134,6 +134,7 @@ def _run(*, deployment: str, period: str | None, days: float, trace: Path | None
     from autotune import quarterly as q
     from autotune.backends import available_backends
     from autotune.budget import Budget
+    from autotune.cli.live import progress_observer
     from autotune.cli.main import (
         _backend_options,
         _db,
@@ -227,8 +228,12 @@ def _run(*, deployment: str, period: str | None, days: float, trace: Path | None
     console.print(f"{deployment} {label}: campaign {run.campaign!r}, {len(traffic)} requests, "
                   f"{len(refs)} references enqueued first "
                   f"({', '.join(r.tag for r in refs) or 'none'})", soft_wrap=True)
-    campaign_id = StudyController(engine, url, request, runner,
-                                  lease_s=settings.campaign_lease_s).run()
+    watcher = progress_observer(console)  # a scheduled job: log lines; by hand: the live view
+    try:
+        campaign_id = StudyController(engine, url, request, runner, observer=watcher,
+                                      lease_s=settings.campaign_lease_s).run()
+    finally:
+        watcher.close()
     with session_scope(engine) as s:
         ran = s.get(Campaign, campaign_id)
         assert ran is not None
@@ -272,8 +277,11 @@ def _decided(session: Any, console: Console, decision: Any,
     console.print(spent_line(campaign), soft_wrap=True)
     if campaign.confirmations:
         console.print(confirmation_table(campaign.confirmations))
-    console.print(f"{campaign.deployment.name} {campaign.period}: {decision.outcome}: "
-                  f"{decision.note}", soft_wrap=True)
+    from autotune.cli.live import log_outside_terminal
+
+    line = f"{campaign.deployment.name} {campaign.period}: {decision.outcome}: {decision.note}"
+    console.print(line, soft_wrap=True)
+    log_outside_terminal(console, line)
     session.flush()  # the decision (and publication) in the campaign the view reads
     return int(decision.exit_code), _view(session, decision, campaign, campaign.period,
                                           already_decided=False)

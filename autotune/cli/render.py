@@ -1,23 +1,23 @@
-"""Rich output for the CLI: the live trial table and the final comparison."""
+"""Rich output for the CLI: the trial table (live and final) and the final comparison."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Console
-from rich.live import Live
 from rich.table import Table
 
 from autotune import gains
 from autotune.parallelism import Strategy
-from autotune.study import CampaignRequest, Observer, TrialRecord
+from autotune.study import TrialRecord
 from autotune.vocabulary import RecordState
 
 TUNED = ("max_num_seqs", "max_num_batched_tokens", "block_size", "enable_chunked_prefill",
          "gpu_memory_utilization", "enable_prefix_caching")
-_SHORT = {"max_num_seqs": "seqs", "max_num_batched_tokens": "batch tok", "block_size": "block",
-          "enable_chunked_prefill": "chunked", "gpu_memory_utilization": "mem util",
-          "enable_prefix_caching": "prefix $"}
+_SHORT = {"max_num_seqs": "seqs", "max_num_batched_tokens": "batch", "block_size": "block",
+          "enable_chunked_prefill": "chunk", "gpu_memory_utilization": "mem",
+          "enable_prefix_caching": "prefix"}
+_TRIAL_CAPTION = {"tok/s": "capacity in output tokens/s under the SLO", "TTFT ms": "P99 (TPOT too)",
+                  "batch": "max_num_batched_tokens", "mem": "gpu_memory_utilization"}
 
 
 def _ms(value: Any) -> str:
@@ -30,59 +30,59 @@ def _arg(value: Any) -> str:
     return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def trial_table(records: list[TrialRecord], title: str, limit: int | None = None) -> Table:
-    table = Table(title=title, title_justify="left", expand=False)
+# Columns dropped, in this order, until the table fits its width (the numbers stay whole).
+_FOLD_ORDER = ("prefix", "mem", "chunk", "block", "layout", "TPOT ms")
+_TEXT_MIN = 10  # role and state wrap (fold) down to this many characters
+
+
+def trial_table(records: list[TrialRecord], title: str, limit: int | None = None,
+                width: int | None = None) -> Table:
+    """One row per trial. With `width` (the console's), the less important columns are left
+    out until every number fits whole; the caption names them."""
     shown = records[-limit:] if limit else records
     mixed = len({r.fidelity for r in shown}) > 1  # a multi-fidelity campaign: say which backend
-    for col in ("#", "role", "state", "capacity tok/s", "TTFT p99 ms", "TPOT p99 ms", "layout"):
-        table.add_column(col, justify="right" if col != "role" and col != "state" else "left")
-    for name in TUNED:
-        table.add_column(_SHORT[name], justify="right")
+    columns = ["#", "role", "state", "tok/s", "TTFT ms", "TPOT ms", "layout",
+               *(_SHORT[n] for n in TUNED)]
+    rows = []
     for r in shown:
         lat = r.latency or {}
         state = r.state if r.feasible or r.state != RecordState.MEASURED else "slo miss"
         style = "bold green" if r.feasible else ("dim" if r.state == RecordState.REJECTED else "red")
-        table.add_row(str(r.number), f"{r.role} ({r.fidelity})" if mixed else r.role, state,
+        rows.append(([str(r.number), f"{r.role} ({r.fidelity})" if mixed else r.role, state,
                       f"{r.capacity_output_tok_s:,.0f}" if r.feasible else "-",
                       _ms(lat.get("ttft_p99_ms")), _ms(lat.get("tpot_p99_ms")),
-                      Strategy.of(r.config).name,
-                      *(_arg(r.config.get(n)) for n in TUNED), style=style)
-    return table
+                      Strategy.of(r.config).name, *(_arg(r.config.get(n)) for n in TUNED)], style))
+    hidden: list[str] = []
+    while True:
+        keep = [i for i, c in enumerate(columns) if c not in hidden]
+        caption = "; ".join([f"{c}: {_TRIAL_CAPTION[c]}" for c in columns
+                             if c in _TRIAL_CAPTION and c not in hidden]
+                            + ([f"not shown at this width: {', '.join(hidden)}"] if hidden else []))
+        table = Table(title=title, title_justify="left", expand=False, caption=caption,
+                      caption_justify="left")
+        for i in keep:
+            text = columns[i] in ("role", "state")  # may wrap; a number never does
+            table.add_column(columns[i], justify="left" if text else "right", no_wrap=not text,
+                             overflow="fold")
+        for cells, style in rows:
+            table.add_row(*(cells[i] for i in keep), style=style)
+        if width is None or len(hidden) == len(_FOLD_ORDER) or \
+                _min_width([columns[i] for i in keep], [[c[i] for i in keep] for c, _ in rows]) \
+                <= width:
+            return table
+        hidden.append(_FOLD_ORDER[len(hidden)])
 
 
-class LiveTrials(Observer):
-    """A live table of the most recent trials while the campaign runs."""
-
-    def __init__(self, console: Console) -> None:
-        self.console = console
-        self.records: list[TrialRecord] = []
-        self.live: Live | None = None
-        self.request: CampaignRequest | None = None
-
-    def _title(self) -> str:
-        r = self.request
-        assert r is not None
-        measured = sum(1 for x in self.records if x.state != RecordState.REJECTED)
-        rejected = len(self.records) - measured
-        best = max((x.capacity_output_tok_s for x in self.records if x.feasible), default=0.0)
-        return (f"{r.study_name}: {measured}/{r.max_trials} trials measured, {rejected} rejected "
-                f"by rules, best {best:,.0f} output tok/s")
-
-    def on_start(self, request: CampaignRequest) -> None:
-        self.request = request
-        self.live = Live(trial_table([], self._title()), console=self.console,
-                         refresh_per_second=4, transient=True)
-        self.live.start()
-
-    def on_trial(self, record: TrialRecord) -> None:
-        self.records.append(record)
-        if self.live:
-            self.live.update(trial_table(self.records, self._title(), limit=12))
-
-    def close(self) -> None:
-        if self.live:
-            self.live.stop()
-            self.live = None
+def _min_width(columns: list[str], rows: list[list[str]]) -> int:
+    """The narrowest the table renders without cutting a number: a number column as wide as
+    its header and widest cell, role and state folded to _TEXT_MIN; 3 per column for the
+    padding and the rule, 1 for the right edge."""
+    total = 1
+    for i, name in enumerate(columns):
+        widest = max([len(name), *(len(r[i]) for r in rows)])
+        total += 3 + (max(len(name), min(widest, _TEXT_MIN)) if name in ("role", "state")
+                      else widest)
+    return total
 
 
 def confirmation_table(rows: list[Any]) -> Table:
@@ -90,7 +90,9 @@ def confirmation_table(rows: list[Any]) -> Table:
     table = Table(title="Confirmation (re-runs with other arrival seeds; winner = best 90% "
                         "lower confidence bound)", title_justify="left")
     for col in ("#", "role", "runs", "search tok/s", "mean tok/s", "sd", "CV", "LCB tok/s", ""):
-        table.add_column(col, justify="left" if col in ("role", "") else "right")
+        # Narrow: the role folds onto a second line rather than being cut.
+        table.add_column(col, justify="left" if col in ("role", "") else "right",
+                         overflow="fold")
     for r in rows:
         table.add_row(str(r.trial.number), r.role, str(r.n),
                       f"{r.trial.capacity_output_tok_s:,.0f}", f"{r.mean_output_tok_s:,.0f}",
@@ -109,9 +111,9 @@ def comparison_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
         " (confirmed: mean ± sd over re-runs with the same seeds; gains from those only)"
         if confirmed
         else " (single search measurements: no confirmation ran)"), title_justify="left")
-    table.add_column("")
+    table.add_column("", overflow="fold")  # a long engine argument's name folds, never cut
     for label, _ in rows:
-        table.add_column(label, justify="right")
+        table.add_column(label, justify="right", overflow="fold")
 
     def line(name: str, fn: Any) -> None:
         table.add_row(name, *(fn(r) for _, r in rows))

@@ -84,7 +84,7 @@ def print_campaign_result(console: Console, campaign: Campaign, url: str) -> Non
         f"Top trials of {campaign.study_name} ({len(measured)} measured on {campaign.backend}, "
         f"{len(trials) - len(measured)} rejected by interaction rules, "
         + (f"{screened} screened on {campaign.screen_backend}, " if screened else "")
-        + f"{campaign.wall_s or 0:.0f} s)"))
+        + f"{campaign.wall_s or 0:.0f} s)", width=console.width))
     console.print(spent_line(campaign))
     if campaign.confirmations:
         console.print(confirmation_table(campaign.confirmations))
