@@ -62,6 +62,8 @@ class SimSettings(BaseModel):
     # GPU step times: "roofline", or "measured" (the committed table for the engine's GPU,
     # model, layout and step_precision, default the checkpoint's; the roofline where none).
     step_model: Literal["roofline", "measured"] = "roofline"
+    # The precision the measured table is looked up at, "dense/experts" (e.g.
+    # "fp8_block/fp8_block"); None: the checkpoint's own (catalogue).
     step_precision: str | None = None
 
 
