@@ -59,6 +59,11 @@ class ConfigResponse(HistoryEntry):
     served_model: str | None = Field(None, description="What `yaml` names as `model`: the path "
                                      "or id the deployment's real engines loaded, else the "
                                      "model's Hugging Face id; null where neither is known.")
+    accuracy_affecting: list[dict[str, Any]] | None = Field(
+        None, description="The config's values that change the model's numerics (an fp8 KV "
+                          "cache, speculative decoding), each {name, value, why}, judged when "
+                          "published; values the model requires are not listed; null in "
+                          "publications made before this was recorded.")
     cli_args: list[str]
     yaml: str
 

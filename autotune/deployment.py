@@ -23,6 +23,10 @@ class DeploymentSpec(BaseModel):
     tensor_parallel_size: int = Field(gt=0)
     max_model_len: int = Field(gt=0)
     traffic_profile: str = "chat"
+    # False: values that change the model's numerics (an fp8 KV cache, speculative decoding;
+    # autotune/accuracy.py) are never searched, and a baseline or warm start needing one is
+    # refused. Values the model itself requires (pins) are always run.
+    allow_accuracy_affecting: bool = True
 
     @model_validator(mode="after")
     def _check(self) -> DeploymentSpec:

@@ -111,6 +111,8 @@ def config_document(pub: Publication) -> dict[str, Any]:
         "model": pub.deployment.model,
         "served_model": served,
         "engine_args": config.explicit(),
+        # null: published before autotune recorded it.
+        "accuracy_affecting": pub.accuracy_affecting,
         "cli_args": config.to_cli_args(),
         "yaml": config.to_yaml(model=served),
     }

@@ -62,11 +62,14 @@ def _check_families(space: SearchSpace) -> None:
 
 def deployment_space(name_or_path: str, dep: DeploymentSpec) -> SearchSpace:
     """A space bound to one deployment: hardware- and model-derived bounds resolved, the
-    values the model requires pinned, and the parallel families turned into the layouts the
+    values the model requires pinned, the values that change the model's numerics taken out
+    where the deployment forbids them, and the parallel families turned into the layouts the
     deployment's GPUs and the model's shards allow."""
     space = load_search_space(name_or_path)
     try:
         bound = space.bind(dep.rule_context())
+        if not dep.allow_accuracy_affecting:  # after bind: pinned values stay, the model's own
+            bound = bound.keeping_numerics()
     except SpaceError as exc:
         raise SearchSpaceError(f"{exc}; fix the space file or the deployment") from None
     check_deployment(bound, dep)
@@ -90,6 +93,16 @@ def space_summary(space: SearchSpace, dep: DeploymentSpec) -> list[str]:
         values = ", ".join(f"{k}={v}" for k, v in space.pinned.items())
         lines.append(f"Pinned for {dep.model_info.name} on {dep.gpu_info.name}: {values} "
                      f"(required by the model's kernels: {names}; not searched)")
+    changing = {name: found for name, found in
+                {**space.numerics_changing(), **space.left_out}.items()
+                if name not in space.param_names or _may_be_active(space, space.param(name))}
+    if changing:
+        values = ", ".join(f"{name}={'/'.join(map(str, found))}"
+                           for name, found in changing.items())
+        lines.append(f"Accuracy-affecting values left out (the deployment forbids them): {values}"
+                     if space.left_out else
+                     f"Accuracy-affecting values searched (they change the model's numerics; "
+                     f"--forbid-accuracy-affecting leaves them out): {values}")
     if parallelism.PARAM in space.param_names:
         lines.append("Parallel layouts searched: "
                      + ", ".join(space.param(parallelism.PARAM).choices))

@@ -32,8 +32,8 @@ import optuna
 from optuna.trial import Trial as OptunaTrial
 from sqlalchemy import Engine
 
+from autotune import accuracy, confirm, progress, resume
 from autotune import budget as budgets
-from autotune import confirm, progress, resume
 from autotune import multifidelity as mf
 from autotune import optuna_keys as keys
 from autotune.baselines import BASELINES, deployment_args, resolved
@@ -196,6 +196,12 @@ class StudyController:
         self._lease: resume.Lease | None = None
         self.observer = observer or Observer()
         self.space = deployment_space(request.search_space, request.deployment)
+        # Before a reference widens the space: one that needs a forbidden value is refused.
+        accuracy.check_allowed(self.space, request.deployment, {
+            **{ref.role if ref.tag == ref.role else f"{ref.role} {ref.tag}": ref.config
+               for ref in request.references},
+            **{f"baseline {role}": config.explicit()
+               for role, config in baseline_configs(request.deployment).items()}})
         for ref in request.references:
             if ref.role == Role.SINGLE_CONFIG:  # a path's search starts from it, in its space or not
                 self.space = hold_config(self.space, EngineConfig(**ref.config),

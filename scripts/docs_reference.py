@@ -250,6 +250,12 @@ PARAM_KEYS = {
            "`choices`. Not for `bool`.",
     "max": "An expression over deployment facts: an upper bound that clamps `high` or filters "
            "`choices`. Not for `bool`.",
+    "affects_accuracy": "`categorical` and `bool`: the values that change the model's numerics, "
+                        "as a list (`[fp8]`), `true` (every value but `null` or `false`) or "
+                        "`false` (none). Without it, autotune's own judgement applies "
+                        "(`kv_cache_dtype` other than `auto`/`bfloat16`, any "
+                        "`speculative_config`). See [accuracy-affecting values]"
+                        "(../concepts/deployment.md#accuracy-affecting-values).",
 }
 RULE_KEYS = {
     "name": "Required. The rule's name, shown when a config breaks it.",
@@ -357,6 +363,13 @@ def _param_summary(p: Any) -> str:
     for label, expr in (("at least", p.min_expr), ("at most", p.max_expr)):
         if expr is not None:
             text += f"; {label} `{expr.source}`"
+    changing = [c for c in p.grid() if p.changes_numerics(c)] if p.type in (
+        "categorical", "bool") else []
+    if changing:
+        # Nested configs (JSON text) are long: say "every drafting choice" rather than list them.
+        nested = all(isinstance(c, str) and c.startswith("{") for c in changing)
+        text += "; changes numerics: " + ("every non-null choice" if nested
+                                          else ", ".join(map(str, changing)))
     return _cell(text)
 
 

@@ -18,6 +18,11 @@ A space file:
                       # parameters and rules come first; a parameter named again replaces its
                       # base's definition in place. The profile is not inherited.
 
+A parameter may say which of its values change the model's numerics (`affects_accuracy`: a
+list of them, `true` for every value but null / false, `false` for none); where it says
+nothing, the built-in judgement of search_spaces/_accuracy.py applies (fp8 KV caches,
+speculative decoding). A deployment may forbid those values (`SearchSpace.keeping_numerics`).
+
 - `when` (an expression over earlier parameters and deployment facts): the parameter exists
   only when it holds; otherwise it is never suggested and the engine uses its default. Optuna
   handles the changing set of parameters define-by-run (`SearchSpace.suggest`).
@@ -30,6 +35,7 @@ Expressions use the rule grammar (search_spaces/_rules.py), never `eval`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -43,12 +49,14 @@ from optuna.distributions import (
     IntDistribution,
 )
 
+from search_spaces._accuracy import builtin_changes
 from search_spaces._rules import Expr, Pin, Rule, RuleError, pinned_values
 
 SPACES_DIR = Path(__file__).parent / "spaces"
 RULES_FILE = SPACES_DIR / "rules.yaml"
 _TYPES = ("int", "float", "categorical", "bool")
-_PARAM_KEYS = {"type", "low", "high", "step", "log", "choices", "when", "min", "max"}
+_PARAM_KEYS = {"type", "low", "high", "step", "log", "choices", "when", "min", "max",
+               "affects_accuracy"}
 MAX_PLAIN_INT_GRID = 64  # an int range without step or log wider than this has no sensible grid
 
 
@@ -80,6 +88,16 @@ class Param:
     when: Expr | None = None
     min_expr: Expr | None = None
     max_expr: Expr | None = None
+    # The values that change the model's numerics, as the space marks them; None: unmarked
+    # (the built-in judgement applies).
+    affects_accuracy: tuple[Any, ...] | None = None
+
+    def changes_numerics(self, value: Any) -> bool:
+        """Whether this value changes the model's numerics: the space's marking, else the
+        built-in judgement for the engine argument."""
+        if self.affects_accuracy is None:
+            return builtin_changes(self.name, _decoded(value))
+        return any(_same(marked, value) for marked in self.affects_accuracy)
 
     def distribution(self) -> BaseDistribution:
         if self.type == "int":
@@ -162,6 +180,8 @@ class SearchSpace:
     pins: tuple[Pin, ...] = ()
     # Values the deployment's pins fix (their parameters are no longer searched); set by bind().
     pinned: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    # Values taken out because they change the model's numerics; set by keeping_numerics().
+    left_out: Mapping[str, tuple[Any, ...]] = field(default_factory=dict, compare=False)
 
     @property
     def param_names(self) -> tuple[str, ...]:
@@ -188,6 +208,34 @@ class SearchSpace:
         except SpaceError as exc:
             raise SpaceError(f"search space {self.name!r}: {exc}") from None
         return replace(self, params=params, context=dict(context), pinned=pinned)
+
+    def numerics_changing(self) -> dict[str, tuple[Any, ...]]:
+        """The values of each parameter that change the model's numerics (none: absent)."""
+        out = {}
+        for p in self.params:
+            if p.type in ("categorical", "bool"):
+                found = tuple(c for c in p.grid() if p.changes_numerics(c))
+                if found:
+                    out[p.name] = found
+        return out
+
+    def keeping_numerics(self) -> SearchSpace:
+        """The space without the values that change the model's numerics, for a deployment
+        that forbids them; they are recorded in `left_out`. A parameter left with no value is
+        a SpaceError."""
+        changing = self.numerics_changing()
+        params = []
+        for p in self.params:
+            if p.name not in changing:
+                params.append(p)
+                continue
+            kept = tuple(c for c in p.grid() if c not in changing[p.name])
+            if not kept:
+                raise SpaceError(f"search space {self.name!r}: every value of {p.name!r} "
+                                 "changes the model's numerics, which the deployment forbids; "
+                                 "offer one that keeps them (e.g. the engine's default)")
+            params.append(replace(p, type="categorical", choices=kept))
+        return replace(self, params=tuple(params), left_out=changing)
 
     def restricted(self, names: tuple[str, ...]) -> SearchSpace:
         """The same space and rules with only the named parameters (the others at defaults)."""
@@ -296,6 +344,20 @@ class SearchSpace:
                 raise SpaceError(f"{where}: sets unknown parameter(s) {', '.join(bad)}")
 
 
+def _decoded(value: Any) -> Any:
+    """A nested config's choice (JSON text, e.g. speculative_config) as the mapping it is."""
+    if isinstance(value, str) and value.startswith("{"):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def _same(marked: Any, value: Any) -> bool:
+    return bool(marked == value or _decoded(marked) == _decoded(value))
+
+
 def _widened(p: Param, value: Any) -> Param:
     if p.type == "categorical":
         choices = (*p.choices, value)
@@ -336,6 +398,35 @@ def _parse_param(path: Path, name: str, spec: Any) -> Param:
     if extra:
         raise SpaceError(f"{where}: unknown key(s) {', '.join(sorted(extra))}")
     when = _expr(f"parameter {name!r}", "when", spec)
+    param = _parse_kind(where, name, kind, spec, when)
+    marking = _parse_marking(where, param, spec.get("affects_accuracy"))
+    return param if marking is None else replace(param, affects_accuracy=marking)
+
+
+def _parse_marking(where: str, p: Param, marking: Any) -> tuple[Any, ...] | None:
+    """`affects_accuracy`: a list of the parameter's values, true (every value but null or
+    false) or false (none); None where the key is absent."""
+    if marking is None:
+        return None
+    if p.type not in ("categorical", "bool"):
+        raise SpaceError(f"{where}: 'affects_accuracy' is for categorical and bool parameters")
+    values = p.grid()
+    if marking is True:
+        return tuple(v for v in values if v is not None and v is not False)
+    if marking is False:
+        return ()
+    if not isinstance(marking, list):
+        raise SpaceError(f"{where}: 'affects_accuracy' must be a list of the parameter's "
+                         "values, true or false")
+    unknown = [m for m in marking if not any(_same(m, v) for v in values)]
+    if unknown:
+        raise SpaceError(f"{where}: 'affects_accuracy' names {', '.join(map(repr, unknown))}, "
+                         f"which is not among its values ({', '.join(map(repr, values))})")
+    return tuple(marking)
+
+
+def _parse_kind(where: str, name: str, kind: str, spec: dict[str, Any],
+                when: Expr | None) -> Param:
     lo = _expr(f"parameter {name!r}", "min", spec)
     hi = _expr(f"parameter {name!r}", "max", spec)
     if kind == "bool" and (lo or hi):

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from autotune import gains
+from autotune import accuracy, gains
 from autotune.baselines import BASELINES
 from autotune.engine_config import EngineConfig
 from autotune.publish import utc
@@ -76,7 +76,9 @@ def campaign_result(session: Session, campaign: Campaign, *,
     win_conf = _confirmation(campaign, chosen.trial) if chosen.trial is not None else None
     if chosen.trial is not None:
         winner = {**_config(chosen.trial),
-                  "capacity_output_tok_s": _capacity(chosen.trial, win_conf)}
+                  "capacity_output_tok_s": _capacity(chosen.trial, win_conf),
+                  "accuracy_affecting": [c.as_json() for c in accuracy.campaign_changes(
+                      campaign, chosen.trial.engine_config)]}
     baselines = []
     for role in BASELINES:
         base = next((t for t in trials if t.role == role), None)

@@ -121,6 +121,12 @@ def tune(
     tp: Annotated[int | None, typer.Option(help="Tensor-parallel size (default: --gpus).")] = None,
     max_model_len: Annotated[int, typer.Option(help="Context length served.")] = 16384,
     traffic: Annotated[str, typer.Option(help="Traffic profile: chat or batch.")] = "chat",
+    allow_accuracy_affecting: Annotated[bool, typer.Option(
+        "--allow-accuracy-affecting/--forbid-accuracy-affecting",
+        help="Whether the deployment's campaigns may search values that change the model's "
+             "numerics (an fp8 KV cache, speculative decoding); forbidden, they are left out "
+             "of the space and a baseline needing one is refused. Values the model requires "
+             "are always run. Stored with the deployment.")] = True,
     trace: Annotated[Path | None, typer.Option(help="Trace file (default: bundled demo).")] = None,
     slo: Annotated[str, typer.Option(help='P99 ceilings, e.g. "ttft_p99<=2s,tpot_p99<=50ms".')] = DEFAULT_SLO,
     backend: Annotated[str | None, typer.Option(
@@ -254,7 +260,8 @@ def tune(
     plan = confirm_plan(confirm_top, confirm_repeats, seed)
     spec = DeploymentSpec.build(name=deployment, model=model, gpu=gpu, gpu_count=gpus,
                                 tensor_parallel_size=tp or gpus, max_model_len=max_model_len,
-                                traffic_profile=traffic)
+                                traffic_profile=traffic,
+                                allow_accuracy_affecting=allow_accuracy_affecting)
     space_name = space_name_for(spec, space)
     bound = deployment_space(space_name, spec)
     check_searchable(bound, screen_plan[0] if screen_plan else backend)

@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
-from autotune import gains
+from autotune import accuracy, gains
 from autotune.baselines import BASELINES
 from autotune.cli.render import comparison_table, confirmation_table, trial_table
 from autotune.engine_config import EngineConfig
@@ -111,6 +111,9 @@ def print_campaign_result(console: Console, campaign: Campaign, url: str) -> Non
     console.print("Winner's engine arguments:")
     console.print("  " + " ".join(EngineConfig(**best.engine_config).to_cli_args()),
                   soft_wrap=True)
+    numerics = accuracy.summary_line(accuracy.campaign_changes(campaign, best.engine_config))
+    if numerics:
+        console.print(numerics, markup=False, highlight=False, soft_wrap=True)
     dep, exe = campaign.deployment.name, _executable()
     console.print("\nNext:")
     console.print(f"  {exe} publish --campaign {campaign.name} --deployment {dep}")

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from autotune import gains
+from autotune import accuracy, gains
 from autotune import optuna_keys as keys
 from autotune.baselines import BASELINES, effective_values
 from autotune.engine_config import EngineConfig
@@ -131,6 +131,8 @@ class CampaignReport:
     comparison: tuple[ConfigColumn, ...]  # winner first, when there is one
     importances: Importances
     screen_backend: str | None = None  # multi-fidelity: the simulator that screened
+    # The winner's values that change the model's numerics (autotune.accuracy), as text.
+    winner_numerics: tuple[str, ...] = ()
 
     def by_state(self, state: str) -> int:
         return sum(1 for t in self.trials if t.state == state)
@@ -303,4 +305,6 @@ def gather(session: Session, campaign: Campaign, storage_url: str) -> CampaignRe
         decision=campaign.decision, decision_note=campaign.decision_note,
         comparison=_comparison(session, campaign),
         importances=importances(storage_url, campaign.study_name, campaign.screen_backend),
-        screen_backend=campaign.screen_backend)
+        screen_backend=campaign.screen_backend,
+        winner_numerics=tuple(c.text() for c in accuracy.campaign_changes(
+            campaign, best.engine_config)) if best is not None else ())

@@ -234,4 +234,4 @@ def render(report: CampaignReport, *, throughput_png: str, capacity_png: str,
         confirmations=_confirmations(report), throughput_png=throughput_png,
         capacity_png=capacity_png, importances_png=importances_png,
         importances=list(imp.values.items()), importance_note=imp.note or "No importances.",
-        trials=_trials(report))
+        trials=_trials(report), winner_numerics=report.winner_numerics)

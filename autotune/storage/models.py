@@ -15,6 +15,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    true,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -38,6 +39,10 @@ class Deployment(Base):
     # What its real engines load (`tune --model-path`: a local directory or a Hugging Face id),
     # the latest campaign's; None until a campaign runs real engines.
     model_path: Mapped[str | None] = mapped_column(String(1000), nullable=True)
+    # Whether its campaigns may search values that change the model's numerics
+    # (DeploymentSpec.allow_accuracy_affecting); deployments made before it allowed them.
+    allow_accuracy_affecting: Mapped[bool] = mapped_column(Boolean, default=True,
+                                                           server_default=true())
 
     campaigns: Mapped[list[Campaign]] = relationship(back_populates="deployment")
 
@@ -177,6 +182,9 @@ class Publication(Base):
     # The `model` its YAML names, fixed when published (autotune.publish.served_model); None in
     # publications made before it was recorded.
     served_model: Mapped[str | None] = mapped_column(String(1000), nullable=True)
+    # Its values that change the model's numerics, judged when published
+    # (autotune.accuracy.NumericsChange.as_json); None in publications made before.
+    accuracy_affecting: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
 
     deployment: Mapped[Deployment] = relationship()
     campaign: Mapped[Campaign] = relationship()

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 TRACE_KINDS = ("imported", "captured")
 _SPEC_FIELDS = ("model", "gpu", "gpu_count", "tensor_parallel_size", "max_model_len",
-                "traffic_profile")
+                "traffic_profile", "allow_accuracy_affecting")
 
 
 def now() -> datetime:
@@ -148,11 +148,16 @@ def publish(session: Session, campaign: Campaign, trial: Trial, *, period_label:
             published_by: str, note: str | None,
             served: str | None = None) -> Publication:
     """A new current publication; `served`: the model it names (default: the deployment's now,
-    fixed here so that a later campaign with another model path leaves it as published)."""
+    fixed here so that a later campaign with another model path leaves it as published). Its
+    numerics changes are judged now and kept, so its document never changes after."""
+    from autotune.accuracy import campaign_changes
+
+    changes = [c.as_json() for c in campaign_changes(campaign, trial.engine_config)]
     pub = Publication(deployment_id=campaign.deployment_id, campaign_id=campaign.id,
                       trial_id=trial.id, engine_config=dict(trial.engine_config),
                       period_label=period_label, published_at=now(), published_by=published_by,
-                      note=note, served_model=served or served_model(campaign.deployment))
+                      note=note, served_model=served or served_model(campaign.deployment),
+                      accuracy_affecting=changes)
     session.add(pub)
     session.flush()
     return pub

@@ -63,6 +63,15 @@ def _assert_one_line_error(proc, fragment: str) -> None:  # type: ignore[no-unty
                        "rules:\n  - {name: mine, when: 'num_heads > 2', require: 'max_num_seqs > 8', "
                        "message: m}\n"))],
      "f.yaml: rule 'mine' references unknown name(s) num_heads"),
+    # An accuracy marking must name the parameter's own values (the file is named).
+    (lambda tmp: ["--space", str(_file(
+        tmp, "a.yaml", "parameters:\n  kv_cache_dtype: {type: categorical, choices: [auto, fp8], "
+                       "affects_accuracy: [fp16]}\n"))],
+     "a.yaml: parameter 'kv_cache_dtype': 'affects_accuracy' names 'fp16', which is not among"),
+    # A deployment that forbids them, with a space that offers nothing else.
+    (lambda tmp: ["--model", "DeepSeek-V3", "--forbid-accuracy-affecting", "--space", str(_file(
+        tmp, "o.yaml", "parameters:\n  kv_cache_dtype: {type: categorical, choices: [fp8]}\n"))],
+     "every value of 'kv_cache_dtype' changes the model's numerics"),
     # A deployment vLLM cannot serve: the layout, the GPU generation.
     (lambda tmp: ["--gpus", "3"], "the layout TP3 is refused (tp_divides_attention_heads"),
     (lambda tmp: ["--gpu", "A100-80GB"], "cannot be served: dsv4_needs_hopper_or_blackwell"),
