@@ -76,10 +76,11 @@ STARTUP_TRIALS = 6
 # script grids over, the step budget first.
 SWEEP_AXES = (PARALLELISM, "max_num_batched_tokens", "max_num_seqs")
 # The sweep proposes while fewer trials than this are complete (references and rule breakers
-# included), then the model takes over. It usually stops earlier, at a config none of whose
-# steps helps; on benchmarks/search_efficiency.py 16 cut it short on the chat-like trace
-# (85.5% of the optimum at 30 trials, 98.1% with 24).
-SWEEP_TRIALS = 24
+# included), then the model takes over; it stops earlier where no step of any layout's best
+# config is left to try. On benchmarks/search_efficiency.py the runner-up layouts' searches,
+# which come after the incumbent's, reached the held-out document-like trace's optimum at
+# trial 30, past a cap of 30.
+SWEEP_TRIALS = 40
 # A range (int or float) is swept over this many evenly spaced points, ends included.
 SWEEP_POINTS = 5
 # A measured step within this share of the best does not end a line: the walk goes on past it.
@@ -239,7 +240,8 @@ class LineSweep(BaseSampler):
     measured so far. The axes are SWEEP_AXES, then the space's other parameters in a seeded
     order. On each axis the incumbent's next values (`_line`) are tried until every one is
     measured; a better one becomes the incumbent and the line goes on from it. Then the next
-    axis, round all of them again for as long as the incumbent changes.
+    axis, round all of them again for as long as the incumbent changes; then the same from
+    the best config of each other parallel layout, its layout held.
 
     It keeps no state of its own: the incumbent, the configs already held (measured, running
     or queued) and the axis each sweep trial moved (a system attribute) are read from the
@@ -279,19 +281,24 @@ class LineSweep(BaseSampler):
         # Asked but not yet suggested: their parameters are not in the study yet.
         taken |= {tuple(sorted(p.items())) for p in self._plans.values()}
         measured = {tuple(sorted(t.params.items())): _value(t) for t in complete}
-        floor = (1 - SWEEP_TOLERANCE) * _value(best)
         moved = [t.system_attrs[keys.SWEEP_AXIS] for t in held
                  if keys.SWEEP_AXIS in t.system_attrs]
         start = self._axes.index(moved[-1]) if moved and moved[-1] in self._axes else 0
-        # Round the axes from the last one moved, as often as the incumbent changes: the
-        # sweep ends where no axis has an unmeasured step that the walk reaches.
-        for name in self._axes[start:] + self._axes[:start]:
-            if name not in best.params:
-                continue  # inactive where the incumbent is
-            for params in self._line(best.params, name, measured, floor):
-                if tuple(sorted(params.items())) not in taken:
-                    study._storage.set_trial_system_attr(trial._trial_id, keys.SWEEP_AXIS, name)
-                    return params
+        # Round the axes from the last one moved, as often as the incumbent changes. Where no
+        # axis has an unmeasured step that the walk reaches, the search goes on from the best
+        # config of each other parallel layout in turn (its layout held): each layout is its
+        # own engine with its own best batch shape, and a runner-up layout judged at the
+        # incumbent's arguments may beat it at its own.
+        for base in _layout_bests(complete, best):
+            floor = (1 - SWEEP_TOLERANCE) * _value(base)
+            for name in self._axes[start:] + self._axes[:start]:
+                if name not in base.params or (name == PARALLELISM and base is not best):
+                    continue  # inactive there, or the layout a runner-up is searched within
+                for params in self._line(base.params, name, measured, floor):
+                    if tuple(sorted(params.items())) not in taken:
+                        study._storage.set_trial_system_attr(trial._trial_id, keys.SWEEP_AXIS,
+                                                             name)
+                        return params
         return None
 
     def _line(self, base: dict[str, Any], name: str, measured: dict[Key, float],
@@ -305,7 +312,8 @@ class LineSweep(BaseSampler):
         values = _line_values(dist, base[name])
         moves = [self._active(self._move(base, name, v)) for v in values]
         if name == PARALLELISM:
-            return [m for move in moves for m in self._with_prefill_caps(move)]
+            return [m for move in moves for m in self._with_prefill_caps(move, measured)
+                    if not self._judged(m, measured)]
         if not _ordered(dist):
             return moves
         i = values.index(base[name])
@@ -322,7 +330,18 @@ class LineSweep(BaseSampler):
                 j += step
         return out
 
-    def _with_prefill_caps(self, move: dict[str, Any]) -> list[dict[str, Any]]:
+    @staticmethod
+    def _judged(move: dict[str, Any], measured: dict[Key, float]) -> bool:
+        """Whether a layout move's layout was measured with the move's other arguments, its
+        prefill cap aside where its ranks do not step in lockstep (there each cap is a
+        judgement of its own). Without it a better cap on one lockstep layout would send the
+        sweep back to every other layout."""
+        coupled = set() if _lockstep(move[PARALLELISM]) else {"long_prefill_token_threshold"}
+        rest = {k: v for k, v in move.items() if k not in coupled}
+        return any(all(dict(key).get(k) == v for k, v in rest.items()) for key in measured)
+
+    def _with_prefill_caps(self, move: dict[str, Any],
+                           measured: dict[Key, float]) -> list[dict[str, Any]]:
         """A move to a layout whose DP ranks step in lockstep (an MoE model's DP ranks:
         vllm/v1/engine/core.py, run_engine_core starts DPEngineCoreProc for them) with each
         long-prefill cap the space offers, its own first: there one rank's long prefill holds
@@ -331,13 +350,15 @@ class LineSweep(BaseSampler):
         benchmarks/search_efficiency.py's document-like trace and, capped at 512 tokens, the
         best by a third."""
         cap = "long_prefill_token_threshold"
-        strategy = Strategy.parse(str(move[PARALLELISM]))
-        lockstep = strategy.data_parallel_size > 1 and strategy.expert_parallel
-        if not lockstep or cap not in move:
+        if not _lockstep(move[PARALLELISM]) or cap not in move:
             return [move]
-        return [move] + [self._active({**move, cap: v}) for v in
-                         _line_values(self._space.param(cap).distribution(), move[cap])
-                         if v != move[cap]]
+        # Once a layout was judged with each cap, it is judged again only at its best one.
+        caps = _line_values(self._space.param(cap).distribution(), move[cap])
+        layout = [(value, dict(key)) for key, value in measured.items()
+                  if dict(key).get(PARALLELISM) == move[PARALLELISM] and cap in dict(key)]
+        if {m[cap] for _, m in layout} >= set(caps):
+            return [self._active({**move, cap: max(layout, key=lambda m: m[0])[1][cap]})]
+        return [move] + [self._active({**move, cap: v}) for v in caps if v != move[cap]]
 
     def _move(self, base: dict[str, Any], name: str, value: Any) -> dict[str, Any]:
         """`base` with `name` set to `value`. A move to another parallel layout keeps the
@@ -403,6 +424,26 @@ def _incumbent(complete: Sequence[FrozenTrial]) -> FrozenTrial | None:
     feasible = [t for t in complete
                 if t.value is not None and t.value > 0 and is_feasible(t.constraints)]
     return max(feasible, key=lambda t: t.value, default=None)  # type: ignore[arg-type,return-value]
+
+
+def _layout_bests(complete: Sequence[FrozenTrial], best: FrozenTrial) -> list[FrozenTrial]:
+    """The incumbent, then the best feasible config of each other parallel layout, best
+    first (only the incumbent where the space has no layout to choose)."""
+    if PARALLELISM not in best.params:
+        return [best]
+    by_layout: dict[Any, FrozenTrial] = {best.params[PARALLELISM]: best}
+    for t in sorted(complete, key=_value, reverse=True):
+        if _value(t) > 0 and PARALLELISM in t.params:
+            by_layout.setdefault(t.params[PARALLELISM], t)
+    return [best] + sorted((t for t in by_layout.values() if t is not best), key=_value,
+                           reverse=True)
+
+
+def _lockstep(layout: Any) -> bool:
+    """Whether a layout's DP ranks step in lockstep: an MoE model's (expert parallelism is
+    only offered for one) with more than one DP rank."""
+    strategy = Strategy.parse(str(layout))
+    return strategy.data_parallel_size > 1 and strategy.expert_parallel
 
 
 def _value(trial: FrozenTrial) -> float:

@@ -381,3 +381,22 @@ def test_a_layout_move_keeps_the_sequence_count_and_tries_prefill_caps_in_lockst
     assert {p["max_num_seqs"] for p in by_layout["DP8+EP"]} == {128}
     assert sorted(p["long_prefill_token_threshold"] for p in by_layout["DP8+EP"]) == [
         0, 512, 2048]
+
+
+def test_line_sweep_goes_on_from_the_runner_up_layout(tmp_path: Path) -> None:
+    """Where no step from the incumbent is left, the sweep searches the best config of the
+    next layout (its layout held), which may beat the incumbent at its own batch shape."""
+    study, space = _sweep_study(tmp_path, text=LAYOUT_SPACE)
+    study.enqueue_trial({"parallelism": "TP8", "max_num_seqs": 1024,
+                         "enable_chunked_prefill": True, "long_prefill_token_threshold": 0})
+
+    def runner_up_peaks(params: dict[str, object]) -> float:
+        if params["parallelism"] == "TP8":
+            return 60.0
+        if params["parallelism"] == "DP8+EP":
+            return 70.0 if params["max_num_seqs"] == 64 else 55.0
+        return 50.0
+
+    _run(study, space, 30, runner_up_peaks)
+    found = [t for t in study.trials if t.value == 70.0]
+    assert found and found[0].system_attrs.get(keys.SWEEP_AXIS) == "max_num_seqs"
