@@ -159,7 +159,7 @@ def test_the_page_draws_the_sweep_views(report_db: ReportDb, written: Path) -> N
     for label, cells in zip(labels, body, strict=True):
         number = int(label.split("#")[1].split()[0])
         assert cells[tok_s] == f"{stored[number]['capacity']:,.0f}"
-        assert "capacity" in cells[head.index("SLO")]
+        assert cells[head.index("SLO")] == "capacity"
     drawn = {int(label.split("#")[1].split()[0]) for label in labels}
     assert len(page.rows["sweep-replays"]) - 1 == sum(len(stored[n]["replays"]) for n in drawn)
 
