@@ -18,14 +18,17 @@ import numpy as np
 from autotune import progress
 from autotune.backends import EngineBackend
 from autotune.errors import EngineStartError, ReplayError
-from autotune.metrics import meets, summarize
+from autotune.metrics import concurrency, latency_quantiles_ms, meets, summarize
 from autotune.records import LatencySummary, TrialOutcome, TrialSpec
 from autotune.step_timings import steps_to_json
 from autotune.vocabulary import FailureClass
 
 log = logging.getLogger("autotune.capacity")
-REPLAY_LATENCIES = ("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "e2e_p50_ms",
-                    "error_rate")
+# Each replay keeps its percentiles (the report draws latency against offered load from them)
+# and its error rate; the simulator's calibration reads them too.
+REPLAY_LATENCIES = ("ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p90_ms",
+                    "tpot_p99_ms", "e2e_p50_ms", "e2e_p90_ms", "e2e_p99_ms", "error_rate",
+                    "request_s")
 
 
 def run_trial(spec: TrialSpec, backend: EngineBackend) -> TrialOutcome:
@@ -69,19 +72,29 @@ def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: floa
         count = int(np.searchsorted(arrival, arrival[0] + window_s * scale, side="right"))
         return trace.slice(0, max(count, 1))
 
+    quantiles: list[dict[str, list[float]]] = []  # per replay; kept for the one at capacity
+
     def measure(scale: float, phase: str, step: int, of: int) -> LatencySummary:
         played = offered(scale)
         span = float(played.duration_s)
         rate = len(played) / span * scale if span > 0 else 0.0  # requests over the trace's span
         progress.emit(progress.ReplayStep(spec.study_name, spec.trial_number, phase, step, of,
                                           scale, rate))
-        summary = summarize(backend.replay(played, scale, spec.seed), spec.slo)
+        result = backend.replay(played, scale, spec.seed)
+        summary = summarize(result, spec.slo)
         lag = summary.send_lag_p99_ms
         client_bound = lag is not None and lag > spec.search.max_send_lag_p99_ms
         ok = meets(summary, spec.slo) and not client_bound
+        mean_in_flight, peak_in_flight = concurrency(result)
+        quantiles.append(latency_quantiles_ms(result))
         replays.append({"rate_scale": scale, "output_tok_s": summary.output_tok_s, "slo_ok": ok,
                         "send_lag_p99_ms": lag, "client_bound": client_bound,
-                        # Enough of each replay to calibrate a simulator against it later.
+                        # The trace's recorded rate (as `traffic show` gives it) x the multiplier.
+                        "offered_request_s": rate if span > 0 else None,
+                        "mean_concurrent_requests": mean_in_flight,
+                        "max_concurrent_requests": peak_in_flight,
+                        # Enough of each replay to calibrate a simulator against it later, and
+                        # to draw its latencies against the load it was offered.
                         **{k: getattr(summary, k) for k in REPLAY_LATENCIES},
                         **({"step_times": steps_to_json(summary.step_times)}
                            if summary.step_times else {})})
@@ -94,7 +107,7 @@ def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: floa
         return summary
 
     best: tuple[float, LatencySummary] | None = None  # the highest multiplier that met the SLO
-    passing: list[tuple[float, LatencySummary]] = []
+    passing: list[tuple[float, LatencySummary, int]] = []  # with the replay's index
     recorded = None
     failed_at: float | None = None
     ladder = spec.search.ladder(span_s)
@@ -106,7 +119,7 @@ def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: floa
             failed_at = scale
             break
         best = (scale, summary)
-        passing.append(best)
+        passing.append((scale, summary, len(replays) - 1))
     if replays and replays[0]["client_bound"]:
         return TrialOutcome.failed(
             spec.trial_number, FailureClass.CLIENT_BOUND,
@@ -119,7 +132,7 @@ def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: floa
             summary = measure(mid, "bisect", step, spec.search.bisect_steps)
             if replays[-1]["slo_ok"]:
                 lo, best = mid, (mid, summary)
-                passing.append(best)
+                passing.append((mid, summary, len(replays) - 1))
             else:
                 hi = mid
     measure_s = time.monotonic() - t1
@@ -135,7 +148,9 @@ def _search(spec: TrialSpec, backend: EngineBackend, *, start_s: float, t1: floa
     # The highest throughput among the replays that met the SLO: on short traces the measured
     # rate is not monotonic in the multiplier (a replay's drain tail counts), so the best
     # passing replay is taken, not merely the fastest-offered one.
-    scale, summary = max(passing, key=lambda p: p[1].output_tok_s)
+    scale, summary, index = max(passing, key=lambda p: p[1].output_tok_s)
+    # The replay at capacity keeps its latency distribution (a few percentiles, for its CDF).
+    replays[index] = {**replays[index], "at_capacity": True, "quantiles": quantiles[index]}
     return TrialOutcome(trial_number=spec.trial_number,
                         capacity_output_tok_s=summary.output_tok_s,
                         capacity_rate_scale=scale, at_capacity=summary, at_recorded_rate=recorded,

@@ -78,3 +78,45 @@ def slo_violations(summary: LatencySummary, slo: SLO, max_error_rate: float = 0.
 
 def meets(summary: LatencySummary, slo: SLO) -> bool:
     return all(v <= 0 for v in slo_violations(summary, slo).values())
+
+
+# The percentiles kept of the replay at capacity: enough to draw its latency distribution (CDF)
+# without keeping every request (every 5th, the tails at 1/99/99.9, and the extremes).
+QUANTILE_PCTS: tuple[float, ...] = (0.0, 1.0, *(float(q) for q in range(5, 100, 5)), 99.0,
+                                    99.9, 100.0)
+
+
+def latency_quantiles_ms(result: ReplayResult,
+                         pcts: tuple[float, ...] = QUANTILE_PCTS) -> dict[str, list[float]]:
+    """TTFT, TPOT and E2E of a replay's completed requests at `pcts`, in ms, as summarize()
+    takes its percentiles (its P50 is the summary's): {"pcts": [...], "ttft_ms": [...], ...}.
+    NaN where no request has the value."""
+    ok = ~result.failed
+    out, ttft, e2e = result.output_tokens[ok], result.ttft_s[ok], result.e2e_s[ok]
+    multi = out > 1
+    series = {"ttft_ms": ttft, "tpot_ms": (e2e[multi] - ttft[multi]) / (out[multi] - 1),
+              "e2e_ms": e2e}
+    found: dict[str, list[float]] = {"pcts": list(pcts)}
+    for name, values in series.items():
+        v = np.asarray(values, dtype=float)
+        v = v[~np.isnan(v)]
+        found[name] = ([float(x) for x in np.percentile(v, pcts) * 1000.0] if len(v)
+                       else [math.nan] * len(pcts))
+    return found
+
+
+def concurrency(result: ReplayResult) -> tuple[float, int]:
+    """(mean, peak) requests in flight over a replay: each completed request from its intended
+    send time to its last token. The mean is the time average (Little's law: the sum of E2E
+    over the wall time), so output tok/s / mean = output tokens per second of E2E, a user's
+    token rate: what `vllm bench sweep plot_pareto` calls tokens/s/user."""
+    ok = ~result.failed & ~np.isnan(result.e2e_s)
+    start = np.asarray(result.scheduled_s, dtype=float)[ok]
+    e2e = np.asarray(result.e2e_s, dtype=float)[ok]
+    if not len(e2e):
+        return 0.0, 0
+    times = np.concatenate([start, start + e2e])
+    steps = np.concatenate([np.ones(len(start)), -np.ones(len(start))])
+    order = np.lexsort((steps, times))  # at one instant, an end before a start
+    peak = int(np.cumsum(steps[order]).max())
+    return float(e2e.sum() / max(result.wall_s, 1e-9)), peak

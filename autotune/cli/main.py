@@ -598,12 +598,15 @@ def publish(
 @app.command()
 def report(
     campaign: Annotated[str, typer.Option(help="Campaign name (or its numeric id).")],
-    out: Annotated[Path, typer.Option(help="Directory to write index.html and its PNGs to.")],
+    out: Annotated[Path, typer.Option(
+        help="Directory to write index.html (self-contained), its PNGs and the CSV/JSON exports "
+             "of trials and replays to.")],
     deployment: Annotated[str | None, typer.Option(help="Needed if several have it.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
-    """Write a campaign's HTML report: plots, the winner beside the incumbent and baselines,
-    every trial."""
+    """Write a campaign's HTML report: latency against offered load, latency distributions and
+    tokens/s per GPU against per user, the winner beside the incumbent and baselines, every
+    trial; with CSV and JSON exports of trials and replays."""
     from autotune.report import INDEX, find_campaign, gather, write_report
     from autotune.storage.db import session_scope
 

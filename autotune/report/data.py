@@ -25,8 +25,49 @@ from autotune.vocabulary import Role
 
 log = logging.getLogger("autotune.report")
 LATENCY_KEYS = ("ttft_p99_ms", "tpot_p99_ms", "itl_p99_ms", "e2e_p99_ms")
+# The percentiles each replay of the capacity search keeps (autotune.capacity), and that the
+# at-capacity latency columns of the exports carry.
+SWEEP_METRICS = ("ttft", "tpot", "e2e")
+SWEEP_PCTS = ("p50", "p90", "p99")
+SWEEP_KEYS = tuple(f"{m}_{p}_ms" for m in SWEEP_METRICS for p in SWEEP_PCTS)
+CAPACITY_LATENCY_KEYS = tuple(f"{m}_{p}_ms" for m in ("ttft", "tpot", "itl", "e2e")
+                              for p in SWEEP_PCTS)
+# The sweep views draw the winner, the baselines (and incumbent) and this many more of the best
+# feasible configs.
+TOP_CONFIGS = 3
 # fANOVA on fewer complete trials says nothing useful (and raises on one).
 MIN_TRIALS_FOR_IMPORTANCE = 4
+
+
+@dataclass(frozen=True)
+class ReportReplay:
+    """One replay of a trial's capacity search (a rung of its ladder or a bisection step).
+
+    Replays stored before each kept its percentiles and offered rate have None there (and
+    P90s, E2E P99 and the concurrency); `quantiles` is kept for the replay at capacity only."""
+
+    index: int  # its place in the search, from 0
+    rate_scale: float
+    output_tok_s: float
+    slo_ok: bool
+    client_bound: bool
+    at_capacity: bool
+    offered_request_s: float | None = None
+    request_s: float | None = None  # completed requests per second
+    error_rate: float | None = None
+    mean_concurrent_requests: float | None = None  # time average of requests in flight
+    max_concurrent_requests: float | None = None
+    send_lag_p99_ms: float | None = None
+    latency_ms: dict[str, float | None] = field(default_factory=dict)  # SWEEP_KEYS
+    # {"pcts": [...], "ttft_ms": [...], "tpot_ms": [...], "e2e_ms": [...]} (the replay at capacity)
+    quantiles: dict[str, tuple[float | None, ...]] | None = None
+
+    @property
+    def tokens_per_user(self) -> float | None:
+        """Output tok/s per user as `vllm bench sweep plot_pareto` takes it: output throughput
+        over the number of users, here the mean number of requests in flight."""
+        c = self.mean_concurrent_requests
+        return self.output_tok_s / c if c else None
 
 
 @dataclass(frozen=True)
@@ -46,6 +87,14 @@ class ReportTrial:
     failure_message: str | None
     repeat_of: int | None
     fidelity: str = ""  # the backend that measured it
+    capacity_rate_scale: float = 0.0
+    # Every stored latency figure at the point measured (P50/P90/P99/P99.9, goodput...).
+    latency: dict[str, float | None] = field(default_factory=dict)
+    replays: tuple[ReportReplay, ...] = ()
+
+    @property
+    def at_capacity(self) -> ReportReplay | None:
+        return next((r for r in self.replays if r.at_capacity), None)
 
 
 @dataclass(frozen=True)
@@ -137,6 +186,31 @@ class CampaignReport:
     def by_state(self, state: str) -> int:
         return sum(1 for t in self.trials if t.state == state)
 
+    def sweep_configs(self) -> list[tuple[str, ReportTrial]]:
+        """The configs the sweep views draw, labelled: the winner, the incumbent and baselines
+        measured in this campaign, then the TOP_CONFIGS best other feasible ones; only trials
+        the campaign's backend measured, and no repeat (its replays are another trial's)."""
+        measured = [t for t in self.trials if t.fidelity in ("", self.backend)
+                    and t.repeat_of is None and t.replays]
+        picked: list[tuple[str, ReportTrial]] = []
+        if self.winner is not None and any(t is self.winner for t in measured):
+            role = "" if self.winner.role == Role.PROPOSED else f" ({self.winner.role})"
+            picked.append((f"winner #{self.winner.number}{role}", self.winner))
+        for role in (Role.INCUMBENT, *BASELINES):
+            t = next((t for t in measured if t.role == role), None)
+            if t is not None and all(t is not p for _, p in picked):
+                picked.append((f"{role} #{t.number}", t))
+        rest = sorted((t for t in measured if t.feasible and all(t is not p for _, p in picked)),
+                      key=lambda t: (-t.capacity_output_tok_s, t.number))
+        picked += [(f"#{t.number}", t) for t in rest[:TOP_CONFIGS]]
+        return picked
+
+    def pareto_trials(self) -> list[ReportTrial]:
+        """The trials whose replays the tokens/s-per-GPU Pareto draws: every one the campaign's
+        backend measured, repeats left out."""
+        return [t for t in self.trials if t.fidelity in ("", self.backend)
+                and t.repeat_of is None and t.replays]
+
 
 def find_campaign(session: Session, campaign: str, deployment: str | None = None) -> Campaign:
     """By name (optionally within a deployment); a number that names no campaign is an id."""
@@ -156,6 +230,32 @@ def _float(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
+def _quantiles(value: Any) -> dict[str, tuple[float | None, ...]] | None:
+    if not isinstance(value, dict) or not isinstance(value.get("pcts"), list):
+        return None
+    return {k: tuple(_float(x) for x in v) for k, v in value.items() if isinstance(v, list)}
+
+
+def _replay(index: int, r: dict[str, Any], t: Trial) -> ReportReplay:
+    # Before replays were marked, the one at capacity is the passing one at its multiplier.
+    at_capacity = r.get("at_capacity")
+    if at_capacity is None:
+        at_capacity = (t.feasible and bool(r.get("slo_ok")) and
+                       r.get("rate_scale") == t.capacity_rate_scale and
+                       r.get("output_tok_s") == t.capacity_output_tok_s)
+    return ReportReplay(
+        index=index, rate_scale=float(r.get("rate_scale") or 0.0),
+        output_tok_s=float(r.get("output_tok_s") or 0.0), slo_ok=bool(r.get("slo_ok")),
+        client_bound=bool(r.get("client_bound")), at_capacity=bool(at_capacity),
+        offered_request_s=_float(r.get("offered_request_s")), request_s=_float(r.get("request_s")),
+        error_rate=_float(r.get("error_rate")),
+        mean_concurrent_requests=_float(r.get("mean_concurrent_requests")),
+        max_concurrent_requests=_float(r.get("max_concurrent_requests")),
+        send_lag_p99_ms=_float(r.get("send_lag_p99_ms")),
+        latency_ms={k: _float(r.get(k)) for k in SWEEP_KEYS},
+        quantiles=_quantiles(r.get("quantiles")))
+
+
 def _trial(t: Trial) -> ReportTrial:
     lat = t.latency or {}
     return ReportTrial(
@@ -165,7 +265,9 @@ def _trial(t: Trial) -> ReportTrial:
         latency_p99_ms={k: _float(lat.get(k)) for k in LATENCY_KEYS},
         config=dict(t.engine_config), constraints={k: _float(v) for k, v in t.constraints.items()},
         failure_class=t.failure_class, failure_message=t.failure_message, repeat_of=t.repeat_of,
-        fidelity=t.fidelity)
+        fidelity=t.fidelity, capacity_rate_scale=t.capacity_rate_scale,
+        latency={k: _float(v) for k, v in lat.items() if not isinstance(v, dict | list)},
+        replays=tuple(_replay(i, r, t) for i, r in enumerate(t.replays or [])))
 
 
 def _confirmation(c: Confirmation) -> ReportConfirmation:

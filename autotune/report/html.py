@@ -1,6 +1,6 @@
-"""The report's HTML: one self-contained page (inline CSS) beside its PNGs, rendered from
-templates/report.html.j2 with autoescaping on: trial messages, trace paths and even campaign
-names can hold anything."""
+"""The report's HTML: one self-contained page (inline CSS, its plots inlined as data URIs),
+rendered from templates/report.html.j2 with autoescaping on: trial messages, trace paths and
+even campaign names can hold anything."""
 
 from __future__ import annotations
 
@@ -12,7 +12,15 @@ from typing import Any
 import jinja2
 
 from autotune import gains
-from autotune.report.data import LATENCY_KEYS, CampaignReport, ConfigColumn, ReportTrial
+from autotune.report import plots
+from autotune.report.data import (
+    LATENCY_KEYS,
+    SWEEP_KEYS,
+    CampaignReport,
+    ConfigColumn,
+    ReportReplay,
+    ReportTrial,
+)
 from autotune.storage import repo
 from autotune.vocabulary import FailureClass, RecordState, Role
 
@@ -223,15 +231,88 @@ def _trials(report: CampaignReport) -> dict[str, Any]:
             "shared": ", ".join(f"{k}={_arg(v)}" for k, v in shared.items())}
 
 
-def render(report: CampaignReport, *, throughput_png: str, capacity_png: str,
-           importances_png: str | None, generated_at: datetime) -> str:
-    """The page; image arguments are paths relative to it."""
+SWEEP_HEAD = ["config", "replay", "rate x", "offered req/s", "output tok/s", "SLO",
+              *(k.removesuffix("_ms").replace("_", " ").upper() for k in SWEEP_KEYS),
+              "tok/s/user", "tok/s/GPU"]
+
+
+def _ms(value: float | None) -> str:
+    return _num(value, 1 if value is not None and value < 100 else 0)
+
+
+def _sweep_cells(label: str, r: ReportReplay, gpus: int) -> list[str]:
+    # The replay at capacity met the SLO by definition.
+    slo = ("capacity" if r.at_capacity else "client-bound" if r.client_bound
+           else "met" if r.slo_ok else "missed")
+    return [label, str(r.index), f"{r.rate_scale:.3g}", _num(r.offered_request_s, 2),
+            _num(r.output_tok_s), slo, *(_ms(r.latency_ms.get(k)) for k in SWEEP_KEYS),
+            _num(r.tokens_per_user, 1), _num(r.output_tok_s / gpus if gpus else None)]
+
+
+def _missing(configs: list[tuple[str, ReportTrial]], has: Any, why: str) -> str | None:
+    """A note naming the configs a view could not draw, or None."""
+    lacking = [label for label, t in configs if not has(t)]
+    return f"Not drawn for {', '.join(lacking)}: {why}." if lacking else None
+
+
+_OLD = "stored before each replay kept its percentiles, offered rate and concurrency"
+
+
+def _hidden(configs: list[tuple[str, ReportTrial]]) -> str | None:
+    """Configs whose replays measured exactly what an earlier one's did (the simulator gives
+    two configs that differ only where it models no difference the same figures): their
+    curves lie under that one's."""
+    seen: dict[tuple[Any, ...], str] = {}
+    found = []
+    for label, t in configs:
+        key = tuple((r.rate_scale, r.output_tok_s, tuple(sorted(r.latency_ms.items())))
+                    for r in t.replays)
+        if key in seen:
+            found.append(f"{label} measured what {seen[key]} did at every replay: its curves "
+                         "lie under that one's.")
+        else:
+            seen[key] = label
+    return " ".join(found) or None
+
+
+def _sweep(report: CampaignReport) -> dict[str, Any]:
+    """The sweep views' tables (each config at capacity; every replay) and the notes that say
+    what could not be drawn."""
+    configs = report.sweep_configs()
+    gpus = report.gpu_count
+    at_capacity = [(label, t, t.at_capacity) for label, t in configs]
+    replays = [_sweep_cells(label, r, gpus) for label, t in configs for r in t.replays]
+    no_capacity = [label for label, t, at in at_capacity if at is None]
+    with_quantiles = [(label, t) for label, t, at in at_capacity if at is not None]
+    return {
+        "head": SWEEP_HEAD,
+        "at_capacity": [_sweep_cells(label, at, gpus) for label, _, at in at_capacity
+                        if at is not None],
+        "replays": replays,
+        "load_note": " ".join(filter(None, [
+            _missing(configs, lambda t: bool(plots.curve(t)), _OLD), _hidden(configs)])),
+        "cdf_note": " ".join(filter(None, [
+            f"No capacity (missed the SLO at the recorded rate): {', '.join(no_capacity)}."
+            if no_capacity else None,
+            _missing(with_quantiles, lambda t: t.at_capacity.quantiles is not None,
+                     "stored before the replay at capacity kept its latency percentiles")])),
+        "pareto_note": _missing(configs, lambda t: any(r.tokens_per_user for r in t.replays),
+                                _OLD),
+        "configs": [label for label, _ in configs],
+    }
+
+
+def render(report: CampaignReport, *, images: dict[str, str], exports: tuple[str, ...] = (),
+           generated_at: datetime) -> str:
+    """The page. `images` maps each drawn plot (throughput, capacity, importances,
+    latency_vs_load, latency_cdf, pareto) to its src: a data URI, so that the page stands
+    alone; `exports` names the data files written beside it."""
     imp = report.importances
     return _TEMPLATES.get_template("report.html.j2").render(
         title=f"autotune report: {report.deployment} / {report.campaign}",
         generated=_when(generated_at), campaign_id=report.campaign_id,
         summary=_summary(report), slo=_slo(report), comparison=_comparison(list(report.comparison)),
-        confirmations=_confirmations(report), throughput_png=throughput_png,
-        capacity_png=capacity_png, importances_png=importances_png,
+        confirmations=_confirmations(report), images=images, gpus=report.gpu_count,
         importances=list(imp.values.items()), importance_note=imp.note or "No importances.",
-        trials=_trials(report), winner_numerics=report.winner_numerics)
+        trials=_trials(report), winner_numerics=report.winner_numerics, sweep=_sweep(report),
+        exports=list(exports))

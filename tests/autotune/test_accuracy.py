@@ -164,8 +164,8 @@ def test_an_fp8_winner_is_flagged_in_the_summary_json_report_and_publication(
                 [("kv_cache_dtype", "fp8")]
             assert "accuracy_affecting" not in view["baselines"][0]
 
-            page = html.render(report_data.gather(s, campaign, url), throughput_png="t.png",
-                               capacity_png="c.png", importances_png=None,
+            page = html.render(report_data.gather(s, campaign, url),
+                               images={"throughput": "t.png", "capacity": "c.png"},
                                generated_at=datetime.now(UTC))
             assert 'id="accuracy-note"' in page and "kv_cache_dtype=fp8" in page
 
@@ -193,8 +193,8 @@ def test_an_auto_winner_is_not_flagged(tmp_path: Path) -> None:
             print_campaign_result(console, campaign, url)
             assert "Changes numerics" not in console.export_text()
             assert json_views.campaign_result(s, campaign)["winner"]["accuracy_affecting"] == []
-            page = html.render(report_data.gather(s, campaign, url), throughput_png="t.png",
-                               capacity_png="c.png", importances_png=None,
+            page = html.render(report_data.gather(s, campaign, url),
+                               images={"throughput": "t.png", "capacity": "c.png"},
                                generated_at=datetime.now(UTC))
             assert 'id="accuracy-note"' not in page
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from autotune.baselines import guide_heuristic
 from autotune.capacity import run_trial
@@ -31,6 +32,31 @@ def test_capacity_is_the_highest_rate_within_the_slo() -> None:
     assert outcome.at_capacity.goodput_request_s is not None
     passing = [r["output_tok_s"] for r in outcome.replays if r["slo_ok"]]
     assert outcome.capacity_output_tok_s == max(passing)
+
+
+def test_each_replay_keeps_its_percentiles_and_the_load_it_was_offered() -> None:
+    s = spec("ttft_p99<=2s,tpot_p99<=50ms")
+    outcome = run_trial(s, SimulatorBackend())
+    recorded_rate = len(s.trace) / s.trace.duration_s  # requests/s, as `traffic show` says
+    for r in outcome.replays:
+        assert r["offered_request_s"] == pytest.approx(recorded_rate * r["rate_scale"])
+        for m in ("ttft", "tpot", "e2e"):
+            assert r[f"{m}_p50_ms"] <= r[f"{m}_p90_ms"] <= r[f"{m}_p99_ms"], (m, r)
+        assert 0 < r["mean_concurrent_requests"] <= r["max_concurrent_requests"]
+        assert r["request_s"] > 0
+    # Exactly one replay is the capacity, and only it keeps its latency distribution.
+    at = [r for r in outcome.replays if r.get("at_capacity")]
+    assert len(at) == 1 and [r for r in outcome.replays if "quantiles" in r] == at
+    at_capacity, summary = at[0], outcome.at_capacity
+    assert summary is not None
+    assert (at_capacity["rate_scale"], at_capacity["output_tok_s"]) == (
+        outcome.capacity_rate_scale, outcome.capacity_output_tok_s)
+    q = at_capacity["quantiles"]
+    p50, p99 = q["pcts"].index(50.0), q["pcts"].index(99.0)
+    assert q["ttft_ms"][p50] == pytest.approx(summary.ttft_p50_ms)
+    assert q["tpot_ms"][p99] == pytest.approx(summary.tpot_p99_ms)
+    assert q["e2e_ms"][p99] == pytest.approx(at_capacity["e2e_p99_ms"])
+    assert q["e2e_ms"] == sorted(q["e2e_ms"])
 
 
 def test_tighter_slo_means_less_capacity() -> None:

@@ -3,7 +3,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autotune.metrics import meets, slo_violations, summarize
+from autotune.metrics import (
+    QUANTILE_PCTS,
+    concurrency,
+    latency_quantiles_ms,
+    meets,
+    slo_violations,
+    summarize,
+)
 from autotune.records import ReplayResult
 from autotune.slo import parse_slo
 
@@ -59,3 +66,33 @@ def test_goodput_counts_requests_within_every_per_request_ceiling() -> None:
         pytest.approx(2 / 4.0))
     assert summarize(r, parse_slo("e2e_p99<=2s")).goodput_request_s == pytest.approx(2 / 4.0)
     assert summarize(r).goodput_request_s is None
+
+
+def test_latency_quantiles_match_the_summary() -> None:
+    q = latency_quantiles_ms(result())
+    assert q["pcts"] == list(QUANTILE_PCTS) and 0.0 in q["pcts"] and 100.0 in q["pcts"]
+    at = {p: i for i, p in enumerate(q["pcts"])}
+    # The failed request is left out: TTFTs 0.1, 0.2, 0.3 s.
+    assert (q["ttft_ms"][at[0.0]], q["ttft_ms"][at[100.0]]) == pytest.approx((100.0, 300.0))
+    s = summarize(result())
+    assert q["ttft_ms"][at[50.0]] == pytest.approx(s.ttft_p50_ms)
+    assert q["e2e_ms"][at[99.0]] == pytest.approx(s.e2e_p99_ms)
+    assert q["tpot_ms"] == pytest.approx([100.0] * len(QUANTILE_PCTS))  # 1-token requests: none
+
+
+def test_latency_quantiles_of_a_replay_that_served_nothing_are_nan() -> None:
+    q = latency_quantiles_ms(result(failed=np.array([True] * 4)))
+    assert all(np.isnan(q["e2e_ms"]))
+
+
+def test_concurrency_is_the_time_average_and_the_peak_in_flight() -> None:
+    # In flight: [0, 1.1], [1, 3.2], [2, 2.3]; the failed request is not counted.
+    mean, peak = concurrency(result())
+    assert mean == pytest.approx((1.1 + 2.2 + 0.3) / 4.0) and peak == 2
+    # Output tok/s over the mean in flight: output tokens per second of E2E, a user's rate.
+    assert summarize(result()).output_tok_s / mean == pytest.approx(33 / 3.6)
+    # One request ending as the next starts: never two at once.
+    back_to_back = result(scheduled_s=np.array([0.0, 1.0, 2.0, 3.0]),
+                          e2e_s=np.array([1.0, 1.0, 1.0, np.nan]))
+    assert concurrency(back_to_back)[1] == 1
+    assert concurrency(result(failed=np.array([True] * 4))) == (0.0, 0)

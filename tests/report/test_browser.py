@@ -68,7 +68,8 @@ def _reveal(driver: Any, prefix: str) -> None:
         "box.getBoundingClientRect().top - 60;", prefix)
 
 
-def _screenshot(driver: Any, name: str, full_page: bool = False) -> Path:
+def _screenshot(driver: Any, name: str, full_page: bool = False,
+                scroll_to: str | None = None) -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
     if full_page:  # headless Chromium shoots the viewport: grow it to the page first
@@ -76,6 +77,8 @@ def _screenshot(driver: Any, name: str, full_page: bool = False) -> Path:
         driver.set_window_size(1400, min(int(height) + 100, 12000))
     else:
         driver.set_window_size(1400, 1300)
+    if scroll_to is not None:  # after the resize, which may move the page
+        driver.execute_script(f"document.getElementById({scroll_to!r}).scrollIntoView()")
     driver.save_screenshot(str(path))
     driver.set_window_size(1400, 1000)
     assert path.stat().st_size > 10_000, f"{path} looks empty"
@@ -114,12 +117,22 @@ def test_report_in_a_browser(browser: Any, report_db: ReportDb, tmp_path: Path) 
     assert [r["n"] for r in rows if "winner" in r["cls"].split()] == [winner]
     summary = browser.find_element("css selector", "#summary").text
     assert f"trial {winner} " in summary and f"{capacity:,.0f} output tok/s" in summary
-    # Every plot was found (relative paths) and decoded by the browser.
+    # Every plot is inlined (the page stands alone) and was decoded by the browser: the sweep
+    # views (latency against offered load, distributions at capacity, the per-GPU Pareto) too.
     images = _wait(browser, lambda d: d.execute_script(
         "const i = [...document.images]; return i.every(x => x.complete) && "
-        "i.map(x => [x.getAttribute('src'), x.naturalWidth])"), "the plots to load")
-    assert len(images) == 3 and all(width > 500 for _, width in images), images
+        "i.map(x => [x.id, x.getAttribute('src').slice(0, 22), x.naturalWidth])"),
+        "the plots to load")
+    assert [i for i, _, _ in images] == ["latency-vs-load", "latency-cdf", "pareto", "throughput",
+                                         "capacity", "importances-plot"], images
+    assert all(src == "data:image/png;base64," and width > 500 for _, src, width in images), images
+    capacity_rows = browser.execute_script(
+        "return [...document.querySelectorAll('#sweep-capacity tr')].slice(1).map("
+        "r => r.cells[0].textContent)")
+    assert capacity_rows and capacity_rows[0].startswith(f"winner #{winner}"), capacity_rows
     _screenshot(browser, "report", full_page=True)
+    # The latency-against-load curves as a person first sees them, scrolled to.
+    _screenshot(browser, "report-sweep", scroll_to="sweep")
 
 
 def _free_port() -> int:

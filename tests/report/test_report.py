@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import re
 import struct
 from html.parser import HTMLParser
 from pathlib import Path
@@ -10,7 +12,7 @@ import pytest
 
 from autotune.errors import ConfigError
 from autotune.report import data as report_data
-from autotune.report import plots
+from autotune.report import exports, plots
 from autotune.report.data import ReportTrial
 from autotune.report.write import write_report
 from autotune.storage import repo
@@ -22,6 +24,9 @@ from tests.report.conftest import HOSTILE_MESSAGE, ReportDb
 pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+DATA_PNG = "data:image/png;base64,"
+ALL_PLOTS = [plots.THROUGHPUT_LATENCY_PNG, plots.CAPACITY_BY_TRIAL_PNG, plots.IMPORTANCES_PNG,
+             plots.LATENCY_VS_LOAD_PNG, plots.LATENCY_CDF_PNG, plots.PARETO_PER_GPU_PNG]
 
 
 class _Page(HTMLParser):
@@ -31,6 +36,9 @@ class _Page(HTMLParser):
         super().__init__()
         self.rows: dict[str, list[tuple[dict[str, str], list[str]]]] = {}
         self.images: list[str] = []
+        self.image_ids: list[str] = []
+        self.ids: set[str] = set()
+        self.links: list[str] = []  # every href and src, the images' left out
         self.text: list[str] = []
         self._table: str | None = None
         self._row: tuple[dict[str, str], list[str]] | None = None
@@ -38,6 +46,10 @@ class _Page(HTMLParser):
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         a = {k: v or "" for k, v in attrs}
+        if "id" in a:
+            self.ids.add(a["id"])
+        if tag != "img":
+            self.links += [a[k] for k in ("href", "src") if k in a]
         if tag == "table":
             self._table = a.get("id", "")
         elif tag == "tr" and self._table is not None:
@@ -47,6 +59,7 @@ class _Page(HTMLParser):
             self._cell = []
         elif tag == "img":
             self.images.append(a["src"])
+            self.image_ids.append(a.get("id", ""))
 
     def handle_endtag(self, tag: str) -> None:
         if tag in ("td", "th") and self._row is not None and self._cell is not None:
@@ -93,18 +106,32 @@ def report_dir(report_db: ReportDb, tmp_path_factory: pytest.TempPathFactory) ->
     return out
 
 
-def test_writes_the_page_and_its_plots(report_dir: Path) -> None:
+def test_writes_the_page_its_plots_and_exports(report_dir: Path) -> None:
     assert sorted(p.name for p in report_dir.iterdir()) == sorted(
-        ["index.html", plots.THROUGHPUT_LATENCY_PNG, plots.CAPACITY_BY_TRIAL_PNG,
-         plots.IMPORTANCES_PNG])
-    # Every image is referenced relatively and is there: the directory can be moved or served.
+        ["index.html", *ALL_PLOTS, *exports.FILES])
+
+
+def test_the_page_stands_alone(report_dir: Path, tmp_path: Path) -> None:
+    """Every plot is inlined (the PNG written beside it, byte for byte); nothing is loaded from
+    a network or a relative path: the page can be mailed or attached on its own."""
+    raw = (report_dir / "index.html").read_text(encoding="utf-8")
     page = _parse(report_dir / "index.html")
-    assert sorted(page.images) == sorted(p.name for p in report_dir.glob("*.png"))
+    assert len(page.images) == len(ALL_PLOTS)
+    assert all(src.startswith(DATA_PNG) for src in page.images), [s[:40] for s in page.images]
+    inlined = sorted(base64.b64decode(src.removeprefix(DATA_PNG)) for src in page.images)
+    assert inlined == sorted((report_dir / f).read_bytes() for f in ALL_PLOTS)
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", raw), "a network reference"
+    assert "<link" not in raw and "<script" not in raw and "url(" not in raw
+    # The only links are to the exports beside it (downloads, not parts of the page).
+    assert sorted(page.links) == sorted(exports.FILES)
+    alone = tmp_path / "index.html"
+    alone.write_text(raw, encoding="utf-8")  # copied away from its directory: still whole
+    assert _parse(alone).images == page.images
 
 
 def test_plots_are_real_pngs(report_dir: Path) -> None:
     pngs = list(report_dir.glob("*.png"))
-    assert len(pngs) >= 2, pngs  # throughput-latency and capacity by trial, at least
+    assert len(pngs) == len(ALL_PLOTS), pngs
     for png in pngs:
         raw = png.read_bytes()
         assert raw[:8] == PNG_SIGNATURE, png.name
