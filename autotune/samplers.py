@@ -78,7 +78,7 @@ SWEEP_AXES = (PARALLELISM, "max_num_batched_tokens", "max_num_seqs")
 # The sweep proposes while fewer trials than this are complete (references and rule breakers
 # included), then the model takes over; it stops earlier where no step of any layout's best
 # config is left to try. On benchmarks/search_efficiency.py the runner-up layouts' searches,
-# which come after the incumbent's, reached the held-out document-like trace's optimum at
+# which come after the incumbent's, reached the optimum of seed 1's document-like trace at
 # trial 30, past a cap of 30.
 SWEEP_TRIALS = 40
 # A range (int or float) is swept over this many evenly spaced points, ends included.
