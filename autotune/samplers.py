@@ -153,17 +153,11 @@ class OrdinalParzenEstimator(_ParzenEstimator):
         return _BatchedCategoricalDistributions(weights)
 
 
-class DistinctProposals(BaseSampler):
-    """A model-based sampler that proposes configs no trial holds yet (see the module notes).
+class _Wrapper(BaseSampler):
+    """A sampler around another (`inner`) that hands it every call it does not change."""
 
-    Only the relative (model-based) proposal is checked: during the independent start-up
-    trials repeats are rare and cheap. A config is its active parameters (a conditional one
-    counts only where its condition holds), compared with the parameters of every trial that
-    is measured, running or queued, so parallel asks stay apart too."""
-
-    def __init__(self, inner: BaseSampler, space: SearchSpace, *, seed: int) -> None:
-        self._inner, self._space = inner, space
-        self._rng = random.Random(seed)
+    def __init__(self, inner: BaseSampler) -> None:
+        self._inner = inner
 
     @property
     def inner(self) -> BaseSampler:
@@ -172,6 +166,38 @@ class DistinctProposals(BaseSampler):
     def infer_relative_search_space(self, study: Study,
                                     trial: FrozenTrial) -> dict[str, BaseDistribution]:
         return self._inner.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study: Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        return self._inner.sample_relative(study, trial, search_space)
+
+    def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        return self._inner.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        self._inner.before_trial(study, trial)
+
+    def after_trial(self, study: Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
+        self._inner.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self._inner.reseed_rng()
+
+
+class DistinctProposals(_Wrapper):
+    """A model-based sampler that proposes configs no trial holds yet (see the module notes).
+
+    Only the relative (model-based) proposal is checked: during the independent start-up
+    trials repeats are rare and cheap. A config is its active parameters (a conditional one
+    counts only where its condition holds), compared with the parameters of every trial that
+    is measured, running or queued, so parallel asks stay apart too."""
+
+    def __init__(self, inner: BaseSampler, space: SearchSpace, *, seed: int) -> None:
+        super().__init__(inner)
+        self._space = space
+        self._rng = random.Random(seed)
 
     def sample_relative(self, study: Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
@@ -187,17 +213,6 @@ class DistinctProposals(BaseSampler):
         if self._key(params) not in taken:
             return params
         return self._neighbour(params, search_space, taken) or params  # the space is spent
-
-    def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
-                           param_distribution: BaseDistribution) -> Any:
-        return self._inner.sample_independent(study, trial, param_name, param_distribution)
-
-    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
-        self._inner.before_trial(study, trial)
-
-    def after_trial(self, study: Study, trial: FrozenTrial, state: TrialState,
-                    values: Sequence[float] | None) -> None:
-        self._inner.after_trial(study, trial, state, values)
 
     def reseed_rng(self) -> None:
         self._inner.reseed_rng()
@@ -235,7 +250,7 @@ class DistinctProposals(BaseSampler):
         return None
 
 
-class LineSweep(BaseSampler):
+class LineSweep(_Wrapper):
     """The model-based samplers' start-up: a coordinate search from the best feasible config
     measured so far. The axes are SWEEP_AXES, then the space's other parameters in a seeded
     order. On each axis the incumbent's next values (`_line`) are tried until every one is
@@ -252,15 +267,12 @@ class LineSweep(BaseSampler):
 
     def __init__(self, inner: BaseSampler, space: SearchSpace, *, seed: int,
                  max_trials: int = SWEEP_TRIALS) -> None:
-        self._inner, self._space, self._max_trials = inner, space, max_trials
+        super().__init__(inner)
+        self._space, self._max_trials = space, max_trials
         rest = [n for n in space.param_names if n not in SWEEP_AXES]
         random.Random(seed).shuffle(rest)
         self._axes = [n for n in SWEEP_AXES if n in space.param_names] + rest
         self._plans: dict[int, dict[str, Any]] = {}  # trial number -> the config it runs
-
-    @property
-    def inner(self) -> BaseSampler:
-        return self._inner
 
     def before_trial(self, study: Study, trial: FrozenTrial) -> None:
         self._inner.before_trial(study, trial)
@@ -415,9 +427,6 @@ class LineSweep(BaseSampler):
         self._plans.pop(trial.number, None)
         self._inner.after_trial(study, trial, state, values)
 
-    def reseed_rng(self) -> None:
-        self._inner.reseed_rng()
-
 
 def _incumbent(complete: Sequence[FrozenTrial]) -> FrozenTrial | None:
     """The best feasible complete trial (infeasible ones are told 0 with a violated constraint)."""
@@ -504,23 +513,12 @@ def step_decimals(step: float) -> int:
     return max(0, -int(exponent))
 
 
-class RoundToStep(BaseSampler):
+class RoundToStep(_Wrapper):
     """A sampler whose values of a stepped float are written as their step is (0.87, not
     0.8700000000000001). Optuna's samplers put such a value at `low + k * step` in binary
     floating point, and it is stored, shown in the dashboard and passed to vLLM as it came.
     The rounded value is the same point of the grid (Optuna's FloatDistribution._contains
     allows 1e-8 off a step), so the samplers learn the same."""
-
-    def __init__(self, inner: BaseSampler) -> None:
-        self._inner = inner
-
-    @property
-    def inner(self) -> BaseSampler:
-        return self._inner
-
-    def infer_relative_search_space(self, study: Study,
-                                    trial: FrozenTrial) -> dict[str, BaseDistribution]:
-        return self._inner.infer_relative_search_space(study, trial)
 
     def sample_relative(self, study: Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
@@ -531,16 +529,6 @@ class RoundToStep(BaseSampler):
                            param_distribution: BaseDistribution) -> Any:
         return _rounded(param_distribution, self._inner.sample_independent(
             study, trial, param_name, param_distribution))
-
-    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
-        self._inner.before_trial(study, trial)
-
-    def after_trial(self, study: Study, trial: FrozenTrial, state: TrialState,
-                    values: Sequence[float] | None) -> None:
-        self._inner.after_trial(study, trial, state, values)
-
-    def reseed_rng(self) -> None:
-        self._inner.reseed_rng()
 
 
 def _rounded(dist: BaseDistribution | None, value: Any) -> Any:
