@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,3 +51,19 @@ def chromium(*extra_args: str) -> Any:
     driver = webdriver.Chrome(service=Service(str(driver_path)), options=options)
     driver.set_page_load_timeout(WAIT_S)
     return driver
+
+
+def wait_for(driver: Any, condition: Any, what: str,
+             on_timeout: Callable[[Any], None] | None = None) -> Any:
+    """The condition's value once it holds; on a timeout (after `on_timeout`, e.g. a
+    screenshot) a failure that quotes what the page said."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        return WebDriverWait(driver, WAIT_S, poll_frequency=0.25).until(condition)
+    except TimeoutException:
+        if on_timeout is not None:
+            on_timeout(driver)
+        body = driver.find_element("tag name", "body").text[:2000]
+        pytest.fail(f"timed out waiting for {what}; the page said:\n{body}")

@@ -19,7 +19,7 @@ from fastapi import FastAPI
 from api.app import create_app
 from api.routes import health
 from autotune.settings import Settings
-from tests.browser import OFFLINE_ARGS, WAIT_S, chromium
+from tests.browser import OFFLINE_ARGS, WAIT_S, chromium, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -72,15 +72,7 @@ def offline_browser() -> Iterator[Any]:
         driver.quit()
 
 
-def _wait(driver: Any, condition: Any, what: str) -> Any:
-    from selenium.common.exceptions import TimeoutException
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    try:
-        return WebDriverWait(driver, WAIT_S, poll_frequency=0.25).until(condition)
-    except TimeoutException:
-        body = driver.find_element("tag name", "body").text[:2000]
-        pytest.fail(f"timed out waiting for {what}; the page said:\n{body}")
+_wait = wait_for
 
 
 def _foreign_resources(driver: Any, base: str) -> list[str]:

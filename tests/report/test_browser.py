@@ -19,7 +19,7 @@ import pytest
 from autotune.storage import repo
 from autotune.storage.db import open_database, session_scope
 from autotune.storage.models import Campaign
-from tests.browser import WAIT_S, chromium
+from tests.browser import WAIT_S, chromium, wait_for
 from tests.conftest import AUTOTUNE, ROOT, run_cli
 from tests.report.conftest import ReportDb
 
@@ -37,15 +37,8 @@ def browser() -> Iterator[Any]:
 
 
 def _wait(driver: Any, condition: Any, what: str) -> Any:
-    from selenium.common.exceptions import TimeoutException
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    try:
-        return WebDriverWait(driver, WAIT_S, poll_frequency=0.25).until(condition)
-    except TimeoutException:
-        _screenshot(driver, f"timeout-{what}")
-        body = driver.find_element("tag name", "body").text[:2000]
-        pytest.fail(f"timed out waiting for {what}; the page said:\n{body}")
+    return wait_for(driver, condition, what,
+                    on_timeout=lambda d: _screenshot(d, f"timeout-{what}"))
 
 
 def _body_with(*needles: str) -> Any:
