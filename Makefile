@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev,gp]'
+	$(BIN)/pip install -q -e '.[dev,gp,aiconfigurator]'
 	touch $(VENV)/.installed $@
 
 install: $(VENV)/.installed
