@@ -62,8 +62,28 @@ def read_model_config(path: Path, name: str | None = None, hf_id: str = "",
     if "compress_ratios" in arch:
         raise ConfigError(f"{where}: DeepSeek-V4's hybrid attention is not read from config.json; "
                           "use the catalogue entries DeepSeek-V4-Flash or DeepSeek-V4-Pro")
+    _refuse_hybrid(arch, where)
     quant = _quant(qcfg, where)
     return _model(arch, quant, where, name or _default_name(path), hf_id)
+
+
+# Fields of layer kinds the simulator has no model for: Mamba/SSM layers (Nemotron-H), linear
+# attention (Qwen3.5's gated delta net, Kimi-K3), per-layer hybrid patterns.
+_HYBRID_PREFIXES = ("mamba_", "linear_", "ssm_", "hybrid_", "layers_block_type",
+                    "full_attention_interval")
+_KNOWN_LAYER_TYPES = {"full_attention", "sliding_attention"}
+
+
+def _refuse_hybrid(cfg: dict[str, Any], where: str) -> None:
+    """ConfigError for a config whose layers are not all (sliding-window) attention: read as
+    plain attention it would be modelled wrong without a word."""
+    odd = sorted(k for k in cfg if k.startswith(_HYBRID_PREFIXES))
+    odd += [f"layer_types {t!r}" for t in sorted(set(cfg.get("layer_types") or []))
+            if t not in _KNOWN_LAYER_TYPES]
+    if odd:
+        raise ConfigError(f"{where}: {', '.join(odd[:3])}: layers other than attention (Mamba, "
+                          "linear attention) are not modelled; choose a catalogue model or a "
+                          "transformer-only config")
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -256,6 +276,8 @@ def _model(cfg: dict[str, Any], quant: _Quant, where: str, name: str, hf_id: str
               + (f"; {experts} routed experts + {shared} shared, {per_token} per token, width "
                  f"{moe_width}, first {first_dense} layers dense" if experts else
                  f"; MLP {dense_width}")
+              + ("; its sparse indexer (index_topk) is not modelled: attention reads every "
+                 "context token" if cfg.get("index_topk") else "")
               + f"; vocab {vocab}; weights {dense_quant}/{expert_quant}; total "
               f"{total / 1e9:.1f}B and active {active / 1e9:.1f}B derived from the architecture "
               "(autotune/model_config.py)")

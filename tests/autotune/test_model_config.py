@@ -153,3 +153,12 @@ def test_four_bit_experts_need_ampere(hf_id: str, broken: set[str]) -> None:
     finally:
         del catalogue.GPUS["V100"]
     assert found == broken
+
+
+def test_a_hybrid_mamba_config_is_refused_not_misread(tmp_path: Path) -> None:
+    cfg = json.loads((VENDORED / "Qwen--Qwen3-32B_config.json").read_text())
+    cfg.update(mamba_num_heads=64, hybrid_override_pattern="M-M-M*")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError, match="hybrid_override_pattern, mamba_num_heads"):
+        read_model_config(path)
