@@ -32,6 +32,15 @@ class GPU:
 # Attention kinds the simulator's KV layout knows.
 GQA, MLA, DSV4 = "gqa", "mla", "dsv4"
 
+# Weight formats (dense_quant / expert_quant) and their bytes per parameter, scales included:
+# "fp8" one scale per tensor or channel, "fp8_block" one per quant_block x quant_block tile
+# (both ~1 byte); "fp4" DeepSeek-V4's 4-bit experts (0.5 B + block scales); "nvfp4" E2M1 with
+# one FP8 scale per 16 weights (0.5 + 1/16); "mxfp4" E2M1 with one E8M0 scale per 32 weights
+# (0.5 + 1/32, gpt-oss's experts); "int4_wo" 4-bit integer weights with bf16 activations
+# (0.5 B + a bf16 scale per group, 32 in Kimi-K2.5: 0.5 + 2/32).
+QUANT_FORMATS: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "fp4": 0.53,
+                                   "nvfp4": 0.5625, "mxfp4": 0.53125, "int4_wo": 0.5625}
+
 
 @dataclass(frozen=True)
 class Model:
@@ -59,6 +68,9 @@ class Model:
     # window every layer keeps, and the CSA indexer's key width and top-k.
     compress_ratios: tuple[int, ...] = ()
     sliding_window: int = 0
+    # GQA models with sliding-window layers (gpt-oss: every other layer attends to the last
+    # `sliding_window` tokens only): how many of the layers do. 0 = all layers attend fully.
+    sliding_window_layers: int = 0
     index_head_dim: int = 0
     index_topk: int = 0
     # Mixture of experts: routed experts per MoE layer (0 = dense model), how many a token
@@ -71,9 +83,8 @@ class Model:
     # Multi-token-prediction layers shipped with the checkpoint, which vLLM drafts with
     # (speculative_config method `mtp`; no separate draft model).
     mtp: bool = False
-    # Weight formats as served, which the rules on kernels and shard sizes key on: "bf16",
-    # "fp8_block" (FP8 with one scale per quant_block x quant_block tile), "fp4" (DeepSeek-V4's
-    # 4-bit experts). Dense means attention, shared experts, dense MLPs and embeddings.
+    # Weight formats as served, which the rules on kernels and shard sizes key on: one of
+    # QUANT_FORMATS. Dense means attention, shared experts, dense MLPs and embeddings.
     dense_quant: str = "bf16"
     expert_quant: str = "bf16"
     quant_block: int = 0  # the block of a block-wise quantisation (128); 0 = none
@@ -114,6 +125,14 @@ GPUS: dict[str, GPU] = {
         GPU("H100-80GB", "gpu", 79.6, 3.35, 989, 1979, 450, 90),
         GPU("H200-141GB", "gpu", 140.4, 4.8, 989, 1979, 450, 90),
         GPU("L40S", "gpu", 45.0, 0.864, 362, 733, 32, 89),
+        # NVIDIA HGX B200 datasheet, per GPU: 180 GB HBM3e (183,359 MiB as nvidia-smi reports
+        # it), 7.7 TB/s, dense BF16 2.25 PFLOPS and FP8 4.5 PFLOPS (half the sparse figures),
+        # NVLink 5 at 1.8 TB/s both directions (900 GB/s each way); sm_100.
+        GPU("B200-180GB", "gpu", 179.1, 7.7, 2250, 4500, 900, 100),
+        # NVIDIA HGX B300 datasheet, per GPU: 288 GB HBM3e (275,040 MiB as nvidia-smi reports
+        # it), 7.75 TB/s (62 TB/s for 8), dense BF16 2.25 and FP8 4.5 PFLOPS, NVLink 5 as B200;
+        # sm_103. Figures as aiconfigurator-core 0.12.0's systems/b300_sxm.yaml restates them.
+        GPU("B300-288GB", "gpu", 268.6, 7.75, 2250, 4500, 900, 103),
         # The vLLM CPU build; its KV cache is VLLM_CPU_KVCACHE_SPACE, not a share of memory.
         # Bandwidth and FLOPs are a 2-core VM's order of magnitude; calibration fits the rest.
         GPU("cpu", "cpu", 16.0, 0.02, 0.2, 0.2, 10, 0),
@@ -190,4 +209,16 @@ def gpu(name: str) -> GPU:
 
 
 def model(name: str) -> Model:
-    return _lookup("model", MODELS, name)  # type: ignore[no-any-return]
+    """A model by catalogue name (or its short form), by Hugging Face id (the hand-checked
+    entries first, then the bundled config.json files), or from a local model directory or
+    config.json (autotune/model_sources.py). ConfigError for anything else."""
+    try:
+        return _lookup("model", MODELS, name)  # type: ignore[no-any-return]
+    except ConfigError:
+        pass
+    for entry in MODELS.values():
+        if entry.hf_id and entry.hf_id.lower() == name.lower():
+            return entry
+    from autotune.model_sources import resolve  # reads files: only for names not found above
+
+    return resolve(name)

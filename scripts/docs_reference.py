@@ -421,13 +421,33 @@ def catalogue_markdown() -> str:
                f"{m.max_context:,}", f"{m.dense_quant} / {m.expert_quant}",
                "yes" if m.mtp else "no", f"`{m.hf_id}`" if m.hf_id else "none",
                _cell(m.source)) for m in catalogue.MODELS.values()]
+    from autotune.model_config import read_model_config
+    from autotune.model_sources import QUANT_SUFFIX, SUFFIX, VENDORED
+
+    vendored = []  # the configs shipped in the package (not the aiconfigurator extra's)
+    for path in sorted(VENDORED.glob(f"*{SUFFIX}")):
+        if path.name.endswith(QUANT_SUFFIX):
+            continue
+        hf_id = path.name.removesuffix(SUFFIX).replace("--", "/", 1)
+        quant = path.with_name(path.name.removesuffix(SUFFIX) + QUANT_SUFFIX)
+        m = read_model_config(path, hf_id.split("/")[-1], hf_id,
+                              quant if quant.is_file() else None)
+        vendored.append((f"`{hf_id}`", f"{m.total_params_b:.1f}B / {m.active_params_b:.1f}B",
+                         m.attention, f"{m.num_experts} x {m.experts_per_token}"
+                         if m.num_experts else "dense", f"{m.max_context:,}",
+                         f"{m.dense_quant} / {m.expert_quant}"))
     return "\n".join([
         "### GPUs", "", _table(("name", "device", "memory GiB", "HBM TB/s",
                                 "TFLOPS bf16 / fp8", "link GB/s", "compute capability"), gpus),
         "", "### Models", "",
         _table(("name", "params total / active", "attention", "experts (routed x per token)",
                 "context", "weights dense / experts", "MTP", "Hugging Face id (published `model`)",
-                "source"), models)])
+                "source"), models),
+        "", "### Models from bundled config.json files", "",
+        "Vendored in `autotune/data/model_configs/` (sources and licences in its README); "
+        "parameters derived from the architecture.", "",
+        _table(("Hugging Face id", "params total / active", "attention",
+                "experts (routed x per token)", "context", "weights dense / experts"), vendored)])
 
 
 # -- REST API -------------------------------------------------------------------------------------

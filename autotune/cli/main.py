@@ -17,7 +17,7 @@ from autotune.cli import output
 from autotune.cli.capture import capture
 from autotune.cli.quarterly import HELP as QUARTERLY_HELP
 from autotune.cli.quarterly import quarterly
-from autotune.cli.sim import sim_app, simulate
+from autotune.cli.sim import GPU_HELP, MODEL_HELP, sim_app, simulate
 from autotune.cli.traffic import traffic_app
 from autotune.errors import AutotuneError, ConfigError
 
@@ -26,7 +26,8 @@ app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Find, prove and publish the vLLM engine arguments with the most "
                        "capacity under a P99 latency SLO.")
 db_app = typer.Typer(no_args_is_help=True, help="Database migrations.")
-models_app = typer.Typer(no_args_is_help=True, help="Model directories for real engines.")
+models_app = typer.Typer(no_args_is_help=True,
+                         help="The models --model knows; model directories for real engines.")
 app.add_typer(db_app, name="db")
 app.add_typer(models_app, name="models")
 app.add_typer(traffic_app, name="traffic")
@@ -115,8 +116,8 @@ def db_current() -> None:
 def tune(
     deployment: Annotated[str, typer.Option(help="Deployment name.")] = "demo",
     campaign: Annotated[str, typer.Option(help="Campaign name, e.g. 2026Q4.")] = "demo",
-    model: Annotated[str, typer.Option(help="Model (catalogue name).")] = "DeepSeek-V4-Flash",
-    gpu: Annotated[str, typer.Option(help="GPU (catalogue name).")] = "H200-141GB",
+    model: Annotated[str, typer.Option(help=MODEL_HELP)] = "DeepSeek-V4-Flash",
+    gpu: Annotated[str, typer.Option(help=GPU_HELP)] = "H200-141GB",
     gpus: Annotated[int, typer.Option(help="GPUs of one engine replica.")] = 8,
     tp: Annotated[int | None, typer.Option(help="Tensor-parallel size (default: --gpus).")] = None,
     max_model_len: Annotated[int, typer.Option(help="Context length served.")] = 16384,
@@ -508,8 +509,8 @@ def _backend_options(backend: str, settings: Any, model_path: str | None,
                                                 "ignore_unknown_options": True})
 def check_config(
     ctx: typer.Context,
-    model: Annotated[str, typer.Option(help="Model (catalogue name).")],
-    gpu: Annotated[str, typer.Option(help="GPU (catalogue name).")],
+    model: Annotated[str, typer.Option(help=MODEL_HELP)],
+    gpu: Annotated[str, typer.Option(help=GPU_HELP)],
     gpus: Annotated[int, typer.Option(help="GPUs the engine may use.")],
     yaml_file: Annotated[Path | None, typer.Option(
         "--yaml", help="A `vllm serve --config` file (or a published config's YAML).")] = None,
@@ -688,6 +689,34 @@ def dashboard(
 
 
 # -- models -------------------------------------------------------------------------------------
+@models_app.command("list")
+def models_list(
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """The models --model knows by name: the catalogue's hand-checked entries and the Hugging
+    Face ids with a bundled config.json (vendored, or the aiconfigurator extra's). A model
+    directory or a config.json path works too."""
+    from autotune import catalogue
+    from autotune.model_sources import bundled_ids
+
+    hand = {m.name: m.hf_id for m in catalogue.MODELS.values()}
+    bundled = {hf_id: str(path) for hf_id, path in bundled_ids().items()
+               if hf_id.lower() not in {h.lower() for h in hand.values() if h}}
+    if as_json:
+        output.emit({"catalogue": hand, "bundled_configs": bundled})
+        return
+    from rich.table import Table
+
+    table = Table(title="Models --model resolves by name")
+    for col in ("name", "Hugging Face id", "source"):
+        table.add_column(col)
+    for name, hf_id in hand.items():
+        table.add_row(name, hf_id, "catalogue (hand-checked)")
+    for hf_id, path in sorted(bundled.items()):
+        table.add_row(hf_id.split("/")[-1], hf_id, path)
+    console.print(table)
+
+
 @models_app.command("make-tiny")
 def models_make_tiny(
     directory: Annotated[Path, typer.Argument(help="Where to write the model directory.")],

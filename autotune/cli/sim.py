@@ -12,6 +12,11 @@ from rich.table import Table
 from autotune.cli import output
 from autotune.errors import ConfigError
 
+# What --model and --gpu take (autotune.catalogue.model / gpu resolve them).
+MODEL_HELP = ("Model: a catalogue name, a Hugging Face id with a bundled config.json "
+              "(`autotune models list`), a model directory or a config.json path.")
+GPU_HELP = "GPU (catalogue name, or its short form: H100, H200, B200, B300, A100, L40S)."
+
 sim_app = typer.Typer(no_args_is_help=True, help="The simulator's calibration.")
 console = Console()
 
@@ -28,8 +33,8 @@ def _parse_sets(items: list[str]) -> dict[str, str]:
 
 def simulate(
     trace: Annotated[Path, typer.Option(help="Any trace file an importer reads.")],
-    model: Annotated[str, typer.Option(help="Model (catalogue name).")] = "DeepSeek-V4-Flash",
-    gpu: Annotated[str, typer.Option(help="GPU (catalogue name).")] = "H200-141GB",
+    model: Annotated[str, typer.Option(help=MODEL_HELP)] = "DeepSeek-V4-Flash",
+    gpu: Annotated[str, typer.Option(help=GPU_HELP)] = "H200-141GB",
     tp: Annotated[int, typer.Option(help="Tensor-parallel size (GPUs of the engine).")] = 8,
     max_model_len: Annotated[int, typer.Option(help="Context length served.")] = 16384,
     rate_scale: Annotated[float, typer.Option(help="Arrival-rate multiplier.")] = 1.0,
@@ -143,8 +148,8 @@ sim_app.add_typer(kernels_app, name="kernels")
 
 @kernels_app.command("build")
 def kernels_build(
-    gpu: Annotated[str, typer.Option(help="GPU (catalogue name).")],
-    model: Annotated[str, typer.Option(help="Model (catalogue name).")],
+    gpu: Annotated[str, typer.Option(help=GPU_HELP)],
+    model: Annotated[str, typer.Option(help=MODEL_HELP)],
     parallel: Annotated[list[str], typer.Option(
         help="Parallel layout, repeatable: TP8, TP8+EP, DP2xTP4+EP, DP8+EP.")],
     precision: Annotated[str | None, typer.Option(

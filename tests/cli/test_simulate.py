@@ -31,12 +31,35 @@ def test_simulate_reads_any_importable_trace() -> None:
     assert json.loads(proc.stdout)["requests"] == 8819
 
 
+@pytest.mark.parametrize("model, gpu, tp", [
+    ("Qwen/Qwen3-32B", "H100", "2"),  # dense, by Hugging Face id (a vendored config)
+    ("dir:openai--gpt-oss-120b", "H100", "2"),  # MoE with sliding-window layers, a directory
+    ("file:MiniMaxAI--MiniMax-M2.5", "H200", "4"),  # MoE, FP8 blocks, a config.json path
+])
+def test_simulate_runs_judge_models_from_any_config(tmp_path: Path, model: str, gpu: str,
+                                                     tp: str) -> None:
+    from autotune.model_sources import VENDORED
+
+    kind, _, stem = model.partition(":")
+    if stem:  # a checkpoint directory holding config.json, or the file itself
+        (tmp_path / "ckpt").mkdir()
+        config = tmp_path / "ckpt" / "config.json"
+        config.write_text((VENDORED / f"{stem}_config.json").read_text())
+        model = str(config.parent if kind == "dir" else config)
+    proc = run_cli("simulate", "--trace", str(DEMO_TRACE), "--model", model, "--gpu", gpu,
+                   "--tp", tp, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["completed"] == 600
+
+
 @pytest.mark.parametrize("args, fragment", [
     (["--set", "max_num_seq=8"], "max_num_seq"),
     (["--set", "swap_space=4"], "swap_space"),
     (["--set", "max_num_seqs"], "expected name=value"),
     (["--rate-scale", "0"], "--rate-scale"),
     (["--model", "GPT-9"], "unknown model"),
+    (["--model", "acme/no-such-model"], "unknown model 'acme/no-such-model'"),
+    (["--model", "missing/config.json"], "no such file or directory"),
     (["--set", "max_num_seqs=512", "--set", "max_num_batched_tokens=256"],
      "max_num_batched_tokens must be >= max_num_seqs"),
     (["--set", "gpu_memory_utilization=0.999"], "less than desired GPU memory utilization"),

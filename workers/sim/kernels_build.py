@@ -25,11 +25,22 @@ LICENCE = "Apache-2.0"
 BACKEND = "vllm"
 # aiconfigurator's system names for the catalogue's GPUs.
 SYSTEMS = {"H100-80GB": "h100_sxm", "H200-141GB": "h200_sxm", "A100-80GB": "a100_sxm",
-           "L40S": "l40s"}
-# The catalogue's quantisation names as aiconfigurator's dtypes; "fp4" (DeepSeek-V4's MXFP4
-# experts) is left to the checkpoint's own config, which is what the package reads for it.
+           "L40S": "l40s", "B200-180GB": "b200_sxm", "B300-288GB": "b300_sxm"}
+# The catalogue's quantisation names as aiconfigurator's dtypes (sdk/rust_engine_step.py
+# _quant_to_dtype: int4_wo is "int4"); "fp4" (DeepSeek-V4's MXFP4 experts) and "mxfp4"
+# (gpt-oss's) are left to the checkpoint's own config, which is what the package reads.
 DTYPES: dict[str, str | None] = {"bf16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block",
-                                 "fp4": None}
+                                 "fp4": None, "mxfp4": None, "nvfp4": "nvfp4",
+                                 "int4_wo": "int4"}
+
+
+def system_gpu(system: str) -> str:
+    """The catalogue GPU of an aiconfigurator system name (h100_sxm -> H100-80GB)."""
+    for name, known in SYSTEMS.items():
+        if known == system:
+            return name
+    raise KeyError(f"no catalogue GPU for aiconfigurator system {system!r} "
+                   f"(known: {', '.join(SYSTEMS.values())})")
 # The grid. Dense at small batches, where step times bend; the reader extends the last
 # segment linearly above it.
 PREFILL_TOKENS = (0, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)

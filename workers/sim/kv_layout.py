@@ -2,7 +2,8 @@
 
 Three layouts:
 - standard (GQA/MHA): K and V per KV head per layer; the heads are split over tensor-parallel
-  ranks (and replicated once there are more ranks than KV heads);
+  ranks (and replicated once there are more ranks than KV heads); sliding-window layers
+  (gpt-oss) hold a fixed window per sequence;
 - MLA (DeepSeek-V3): one latent of kv_lora_rank + rope dims per layer, replicated on every rank;
 - DeepSeek-V4 hybrid: every layer keeps a raw sliding window of `sliding_window` entries (a
   fixed cost per sequence); CSA layers (ratio 4) add one compressed entry per 4 tokens plus an
@@ -46,9 +47,16 @@ def kv_layout(model: Model, kv_cache_dtype: str, tensor_parallel_size: int,
     heads_gpu = max(1.0, model.num_heads / tp, float(min_q_heads))
     if model.attention == GQA:
         kv_heads_gpu = max(1.0, model.num_kv_heads / tp)
-        per_token = 2 * kv_heads_gpu * model.head_dim * elem * layers
-        flops = 4 * heads_gpu * model.head_dim * layers  # QK^T and PV, 2 FLOPs per MAC
-        return KVLayout(per_token, 0.0, per_token, 0.0, flops, float("inf"))
+        per_layer = 2 * kv_heads_gpu * model.head_dim * elem
+        # Sliding-window layers (gpt-oss) keep and read only their window: a fixed cost per
+        # sequence, as vLLM's SlidingWindowManager frees the blocks behind it
+        # (vllm/v1/core/single_type_kv_cache_manager.py). Their attention FLOPs (at most
+        # `window` pairs per query) are left out; the full layers' grow with the context.
+        full = layers - model.sliding_window_layers
+        window = model.sliding_window * per_layer * model.sliding_window_layers
+        per_token = per_layer * full
+        flops = 4 * heads_gpu * model.head_dim * full  # QK^T and PV, 2 FLOPs per MAC
+        return KVLayout(per_token, window, per_token, window, flops, float("inf"))
     if model.attention == MLA:
         per_token = (model.kv_lora_rank + model.qk_rope_head_dim) * elem * layers
         flops = 2 * heads_gpu * (model.head_dim + model.v_head_dim) * layers

@@ -126,7 +126,13 @@ class PerfModel:
                                  + self.routed_params * model.expert_bytes_per_param
                                  / self.expert_ranks)
         self.hbm_bps = gpu.hbm_tb_s * 1e12 * c.hbm_efficiency
-        peak = gpu.fp8_tflops if model.dense_bytes_per_param <= 1 else gpu.bf16_tflops
+        # FP8 weights run FP8 GEMMs; NVFP4 (W4A4) runs on FP4 tensor cores from compute
+        # capability 10.0 (counted at the FP8 peak: the catalogue has no FP4 figure) and on
+        # FP4 Marlin, with bf16 activations, below it (vllm/model_executor/layers/quantization/
+        # utils/quant_utils.py::cutlass_fp4_supported). Weight-only formats compute in bf16.
+        fp8_gemms = model.dense_quant in ("fp8", "fp8_block") or (
+            model.dense_quant == "nvfp4" and gpu.compute_capability >= 100)
+        peak = gpu.fp8_tflops if fp8_gemms else gpu.bf16_tflops
         self.flops = peak * 1e12 * c.compute_efficiency
         self.attn_bps = self.hbm_bps * c.attention_efficiency
         self.attn_flops = self.flops * c.attention_efficiency

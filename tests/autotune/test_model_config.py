@@ -1,0 +1,164 @@
+"""Models from Hugging Face config.json files: the reader, the lookup and their errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from autotune import catalogue
+from autotune.baselines import vllm_defaults
+from autotune.deployment import DeploymentSpec
+from autotune.errors import ConfigError
+from autotune.model_config import read_model_config
+from autotune.model_sources import VENDORED
+from autotune.rules import common_rule_violations
+from workers.sim.kernels_build import SYSTEMS, system_gpu
+from workers.sim.kv_layout import kv_layout
+
+# The model cards' total and active parameters (billions) of the judge rows' models.
+CARDS = {
+    "meta-llama/Llama-3.1-70B": (70.6, 70.6),
+    "Qwen/Qwen3-32B": (32.8, 32.8),
+    "Qwen/Qwen3-235B-A22B-FP8": (235.0, 22.0),
+    "openai/gpt-oss-120b": (116.8, 5.13),
+    "moonshotai/Kimi-K2.5": (1000.0, 32.0),  # Kimi-K2's card: 1T total, 32B active
+    "MiniMaxAI/MiniMax-M2.5": (230.0, 10.0),
+    "nvidia/Llama-3.1-8B-Instruct-FP8": (8.03, 8.03),
+}
+
+
+@pytest.mark.parametrize("hf_id", sorted(CARDS))
+def test_each_judge_model_resolves_by_hf_id_with_the_cards_parameter_counts(hf_id: str) -> None:
+    m = catalogue.model(hf_id)
+    total, active = CARDS[hf_id]
+    assert m.hf_id == hf_id and m.name == hf_id.split("/")[1]
+    assert m.total_params_b == pytest.approx(total, rel=0.03)
+    # Dense cards count the input embedding as active; the derivation leaves the lookup out.
+    assert m.active_params_b == pytest.approx(active, rel=0.07)
+
+
+def test_the_readers_fields_follow_each_architecture() -> None:
+    kimi = catalogue.model("moonshotai/Kimi-K2.5")  # nested text_config, DeepSeek-V3 layout
+    assert (kimi.attention, kimi.kv_lora_rank, kimi.qk_rope_head_dim, kimi.head_dim) == (
+        catalogue.MLA, 512, 64, 192)
+    assert (kimi.num_experts, kimi.experts_per_token, kimi.first_dense_layers,
+            kimi.num_shared_experts) == (384, 8, 1, 1)
+    # compressed-tensors int4, group 32: experts only (attention and shared experts ignored).
+    assert (kimi.dense_quant, kimi.expert_quant) == ("bf16", "int4_wo")
+    assert kimi.expert_bytes_per_param == 0.5 + 2 / 32
+    oss = catalogue.model("openai/gpt-oss-120b")
+    assert (oss.sliding_window, oss.sliding_window_layers, oss.head_dim) == (128, 18, 64)
+    assert (oss.dense_quant, oss.expert_quant, oss.num_experts) == ("bf16", "mxfp4", 128)
+    qwen = catalogue.model("Qwen/Qwen3-235B-A22B-FP8")
+    assert (qwen.dense_quant, qwen.expert_quant, qwen.quant_block) == ("fp8_block", "fp8_block", 128)
+    assert qwen.intermediate_size == 0 and qwen.moe_intermediate_size == 1536  # no dense MLP
+    minimax = catalogue.model("MiniMaxAI/MiniMax-M2.5")
+    assert (minimax.num_heads, minimax.num_kv_heads, minimax.moe_intermediate_size) == (48, 8, 1536)
+    fp8 = catalogue.model("nvidia/Llama-3.1-8B-Instruct-FP8")  # ModelOpt hf_quant_config.json
+    assert fp8.dense_quant == "fp8" and 1.0 < fp8.dense_bytes_per_param < 1.2  # bf16 embeddings
+    assert catalogue.model("Qwen/Qwen3-32B").intermediate_size == 25600
+
+
+def test_hand_checked_entries_win_over_configs() -> None:
+    assert catalogue.model("deepseek-ai/DeepSeek-V3") is catalogue.MODELS["DeepSeek-V3"]
+    assert catalogue.model("Qwen/Qwen3-8B") is catalogue.MODELS["Qwen3-8B"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
+                    reason="the aiconfigurator extra is not installed")
+def test_the_aiconfigurator_extras_configs_count_as_known_models() -> None:
+    r1 = catalogue.model("deepseek-ai/DeepSeek-R1")
+    assert r1.total_params_b == pytest.approx(671, rel=0.03)
+    assert r1.active_params_b == pytest.approx(37, rel=0.05)
+
+
+def test_a_local_directory_and_a_config_path_resolve(tmp_path: Path) -> None:
+    shutil.copy(VENDORED / "Qwen--Qwen3-32B_config.json", tmp_path / "config.json")
+    by_dir = catalogue.model(str(tmp_path))
+    by_file = catalogue.model(str(tmp_path / "config.json"))
+    assert by_dir == by_file and by_dir.name == tmp_path.name
+    assert by_dir.total_params_b == catalogue.model("Qwen/Qwen3-32B").total_params_b
+
+
+def test_a_config_missing_a_field_is_one_line_naming_it_and_the_file(tmp_path: Path) -> None:
+    cfg = json.loads((VENDORED / "Qwen--Qwen3-32B_config.json").read_text())
+    del cfg["hidden_size"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError) as err:
+        read_model_config(path)
+    message = str(err.value)
+    assert "'hidden_size'" in message and str(path) in message and "\n" not in message
+
+
+@pytest.mark.parametrize("name, fragment", [
+    ("acme/no-such-model", "unknown model 'acme/no-such-model'"),
+    ("./nowhere/config.json", "no such file or directory"),
+])
+def test_unknown_models_raise_config_error(name: str, fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        catalogue.model(name)
+
+
+def test_the_new_gpus_and_their_aiconfigurator_systems() -> None:
+    b200 = catalogue.gpu("B200")
+    assert (b200.compute_capability, b200.fp8_tflops, b200.link_gb_s) == (100, 4500, 900)
+    assert catalogue.gpu("B300").compute_capability == 103
+    assert {system_gpu(s) for s in ("h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm")} == {
+        "H100-80GB", "H200-141GB", "B200-180GB", "B300-288GB"}
+    assert all(g in catalogue.GPUS for g in SYSTEMS)
+
+
+def test_gpt_oss_sliding_layers_hold_a_window_not_the_context() -> None:
+    oss = catalogue.model("openai/gpt-oss-120b")
+    layout = kv_layout(oss, "auto", 2)
+    per_layer = 2 * (8 / 2) * 64 * 2  # K and V, 4 KV heads per rank, dim 64, bf16
+    assert layout.bytes_per_token == per_layer * 18  # the 18 full-attention layers
+    assert layout.fixed_bytes_per_seq == per_layer * 128 * 18  # each sliding layer's window
+
+
+def _nvfp4_model(tmp_path: Path) -> str:
+    shutil.copy(VENDORED / "meta-llama--Llama-3.1-70B_config.json", tmp_path / "config.json")
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps({"quantization": {
+        "quant_algo": "NVFP4", "group_size": 16, "exclude_modules": ["lm_head"]}}))
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("gpu, broken", [("B200", set()), ("H100", {"nvfp4_without_fp4_tensor_cores"}),
+                                         ("A100", {"nvfp4_without_fp4_tensor_cores"})])
+def test_nvfp4_weights_are_slow_below_blackwell(tmp_path: Path, gpu: str, broken: set[str]) -> None:
+    model = _nvfp4_model(tmp_path)
+    assert catalogue.model(model).dense_quant == "nvfp4"
+    dep = DeploymentSpec.build(name="d", model=model, gpu=gpu, gpu_count=2,
+                               tensor_parallel_size=2, max_model_len=8192)
+    found = {v.rule for v in common_rule_violations(vllm_defaults(dep), dep)
+             if "nvfp4" in v.rule}
+    assert found == broken
+
+
+@pytest.mark.parametrize("hf_id, broken", [("moonshotai/Kimi-K2.5", {"int4_weight_only_capability"}),
+                                           ("openai/gpt-oss-120b", {"fp4_experts_capability"})])
+def test_four_bit_experts_need_ampere(hf_id: str, broken: set[str]) -> None:
+    volta = catalogue.GPU("V100", "gpu", 32.0, 0.9, 125, 125, 150, 70)
+    catalogue.GPUS["V100"] = volta
+    try:
+        dep = DeploymentSpec.build(name="d", model=hf_id, gpu="V100", gpu_count=8,
+                                   tensor_parallel_size=8, max_model_len=8192)
+        found = {v.rule for v in common_rule_violations(vllm_defaults(dep), dep)
+                 if v.rule.endswith("capability")}
+    finally:
+        del catalogue.GPUS["V100"]
+    assert found == broken
+
+
+def test_a_hybrid_mamba_config_is_refused_not_misread(tmp_path: Path) -> None:
+    cfg = json.loads((VENDORED / "Qwen--Qwen3-32B_config.json").read_text())
+    cfg.update(mamba_num_heads=64, hybrid_override_pattern="M-M-M*")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError, match="hybrid_override_pattern, mamba_num_heads"):
+        read_model_config(path)
