@@ -1,0 +1,314 @@
+"""The simulator judged on real GPU serving: every vLLM aggregated row of aiconfigurator-core's
+silicon sample (benchmarks/data/, 1,328 measurements on H100, H200, B200 and B300) whose model
+and GPU the catalogue has, simulated at the same load, side by side with aiconfigurator's own
+static estimate of the same rows in the same run. The rows are the judge: nothing is fitted to
+them (benchmarks/data/README.md).
+
+Each row is simulated as it was measured (benchmarks/gpu_fidelity_rows.py says how the columns
+are read): the row's model at the row's precision, its TP / attention-DP / EP layout, vLLM's
+default engine arguments for that GPU and GPU count (`autotune.baselines.vllm_defaults` and
+`effective_values`: max_num_seqs, max_num_batched_tokens, chunked prefill, prefix caching,
+gpu_memory_utilization, block size, CUDA-graph capture sizes; max_model_len ISL + OSL + 1500 as
+the rows' harness sets it, see HARNESS_CONTEXT_MARGIN),
+and a closed loop of `silicon_concurrency` clients sending requests of exactly ISL prompt and OSL
+output tokens, each client its next request as soon as its last one finished.
+
+How many requests: aiconfigurator's benchmark harness (ai-dynamo/aiconfigurator, generator/
+config/backend_templates/benchmark/bench_run.sh.j2) runs aiperf at --concurrency N with
+2N warm-up requests, then 20N measured ones (MULTI_ROUND 20), ignore_eos. Here the first
+WARMUP_ROUNDS x N requests warm the engine up and are left out, and the next MEASURED_ROUNDS x N
+are measured (--rounds): with every request the same length, the loop settles into a periodic
+pattern within a round or two, so more rounds would add time, not information. TTFT and TPOT
+(vLLM's benchmark definition: (E2E - TTFT) / (output tokens - 1)) are means over the measured
+requests, as aiperf's summary reports them (`avg`); the source does not say which statistic the
+rows hold (--stat median to see the other).
+
+Step model: the measured step table (workers/sim/kernels/) where the repository has one for the
+row's GPU, model, layout and precision, else the roofline (bundled, uncalibrated profile). Where
+a table exists both run, and the roofline's figures on those rows are printed beside.
+
+aiconfigurator's estimate (benchmarks/gpu_fidelity_aic.py) needs the optional extra
+`autotune[aiconfigurator]`; without it that column is reported absent in one line.
+
+Usage: PYTHONPATH=. .venv/bin/python benchmarks/gpu_fidelity.py [--jobs N] [--limit N]
+           [--models SUBSTR,...] [--no-aic] [--rounds W,M] [--stat mean|median]
+Prints the skipped rows by reason, tables per model and per model and system (APE median and
+P90 of TTFT and TPOT, the signed median error, rows), then one JSON line:
+{"rows": N, "models": M, "sim": {...}, "aic_static": {...}, "by_model": {...}, ...}; "rows" are
+the rows simulated, "aic_rows" those of them aiconfigurator estimated too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from autotune.baselines import vllm_defaults
+from autotune.deployment import DeploymentSpec
+from autotune.errors import ConfigError, EngineStartError
+from workers.sim.engine import start_perf
+from workers.sim.profile import find_profile
+from workers.sim.shape import engine_shape
+from workers.sim.step_table import ROOFLINE, select_step_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_fidelity_aic as aic
+from gpu_fidelity_rows import NO_CLOSED_LOOP, MatchedRow, load_rows, match_rows
+
+WARMUP_ROUNDS, MEASURED_ROUNDS = 2, 4
+# max_model_len as aiconfigurator's benchmark harness sets it for agg vLLM workers
+# (generator/rule_plugin/benchmark/vllm.rule: max_seq_len = isl + osl + 1500, rendered as
+# --max-model-len): vLLM's default, the model's whole context, leaves no room for the KV cache
+# of MiniMax-M2.5 (196,608 tokens) on 10 of the rows' layouts, which all started for real.
+HARNESS_CONTEXT_MARGIN = 1500
+KEYS = ("tpot_ape_median", "tpot_ape_p90", "ttft_ape_median", "ttft_ape_p90")
+
+Estimate = tuple[float, float] | str  # (TTFT ms, TPOT ms), or why there is none
+
+
+@dataclass
+class RowResult:
+    """One judge row: measured, simulated (per step model) and aiconfigurator's figures."""
+
+    matched: MatchedRow
+    sim: Estimate = "not run"
+    step_model: str = ROOFLINE
+    roofline: Estimate | None = None  # the roofline too, where the measured table ran
+    aic: Estimate = "not run"
+    sim_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+def _latencies_ms(result: object, skip: int, stat: str) -> Estimate:
+    """Mean (or median) TTFT and TPOT in ms over the requests after the first `skip`."""
+    ttft_s = np.asarray(result.ttft_s)[skip:]  # type: ignore[attr-defined]
+    e2e_s = np.asarray(result.e2e_s)[skip:]  # type: ignore[attr-defined]
+    out = np.asarray(result.output_tokens)[skip:]  # type: ignore[attr-defined]
+    failed = np.asarray(result.failed)[skip:]  # type: ignore[attr-defined]
+    if failed.any():
+        return f"sim: {int(failed.sum())} of {len(failed)} measured requests failed"
+    tpot = (e2e_s - ttft_s)[out > 1] / (out[out > 1] - 1)
+    reduce = np.mean if stat == "mean" else np.median
+    return float(reduce(ttft_s) * 1e3), float(reduce(tpot) * 1e3) if len(tpot) else float("nan")
+
+
+def simulate(m: MatchedRow, table_wanted: bool, rounds: tuple[int, int], stat: str,
+             seed: int) -> tuple[Estimate, str]:
+    """The row simulated in closed loop; the step model that ran ("measured" or "roofline")."""
+    try:
+        from workers.sim.engine import replay_closed_loop  # type: ignore[attr-defined]
+    except ImportError:
+        return NO_CLOSED_LOOP, ROOFLINE
+    r = m.row
+    try:
+        dep = DeploymentSpec.build(name="gpu-fidelity", model=m.catalogue_model, gpu=m.gpu.name,
+                                   gpu_count=r.tp * r.dp, tensor_parallel_size=r.tp,
+                                   max_model_len=r.isl + r.osl + HARNESS_CONTEXT_MARGIN)
+        config = vllm_defaults(dep)
+        if m.ep and not config.enable_expert_parallel:  # TPn+EP: one rank, experts whole
+            config = config.merged(enable_expert_parallel=True)
+        shape = engine_shape(config, dep)
+    except (ConfigError, EngineStartError) as exc:
+        return f"sim: {str(exc).splitlines()[0]}", ROOFLINE
+    chosen = select_step_model(m.gpu.name, m.catalogue_model, m.layout, m.precision)
+    table = chosen.table if table_wanted else None
+    profile = find_profile(m.gpu.name, m.catalogue_model, "gpu", None)  # bundled, uncalibrated
+    try:
+        perf = start_perf(shape, dep, profile, table=table, model=m.model)
+    except EngineStartError as exc:
+        return f"sim: {str(exc).splitlines()[0]}", chosen.name
+    warmup, measured = rounds
+    n = (warmup + measured) * r.concurrency
+    result = replay_closed_loop(perf, np.full(n, r.isl), np.full(n, r.osl), r.concurrency, seed)
+    return _latencies_ms(result, warmup * r.concurrency, stat), ("measured" if table else ROOFLINE)
+
+
+def judge_row(m: MatchedRow, with_aic: bool, rounds: tuple[int, int], stat: str,
+              seed: int) -> RowResult:
+    """Everything for one row; runs in a worker process."""
+    logging.disable(logging.WARNING)  # the package logs its data fallbacks per call
+    out = RowResult(m)
+    t0 = time.perf_counter()
+    out.sim, out.step_model = simulate(m, True, rounds, stat, seed)
+    if out.step_model == "measured":
+        out.roofline, _ = simulate(m, False, rounds, stat, seed)
+    out.sim_s = time.perf_counter() - t0
+    if with_aic:
+        out.aic = aic.estimate(m.row)
+    return out
+
+
+def ape(estimate: tuple[float, float], ttft_ms: float, tpot_ms: float) -> tuple[float, float]:
+    """Signed percentage errors (TTFT, TPOT) of an estimate against the measured row."""
+    return (100 * (estimate[0] - ttft_ms) / ttft_ms, 100 * (estimate[1] - tpot_ms) / tpot_ms)
+
+
+def error_stats(errors: list[tuple[float, float]]) -> dict[str, float]:
+    """APE median and P90 of TTFT and TPOT, and the signed median of each (the bias)."""
+    if not errors:
+        return {}
+    e = np.asarray(errors)
+    a = np.abs(e)
+    return {"tpot_ape_median": float(np.median(a[:, 1])),
+            "tpot_ape_p90": float(np.percentile(a[:, 1], 90)),
+            "ttft_ape_median": float(np.median(a[:, 0])),
+            "ttft_ape_p90": float(np.percentile(a[:, 0], 90)),
+            "tpot_bias_median": float(np.median(e[:, 1])),
+            "ttft_bias_median": float(np.median(e[:, 0]))}
+
+
+def _errors(results: Iterable[RowResult], which: str) -> list[tuple[float, float]]:
+    out = []
+    for r in results:
+        est = getattr(r, which)
+        if isinstance(est, tuple):
+            out.append(ape(est, r.matched.row.ttft_ms, r.matched.row.tpot_ms))
+    return out
+
+
+def _cell(stats: dict[str, float], key: str) -> str:
+    return f"{stats[key]:.1f}" if key in stats else "-"
+
+
+def _table(title: str, groups: dict[str, list[RowResult]], aic_present: bool) -> Table:
+    t = Table(title=title)
+    t.add_column("group")
+    t.add_column("rows", justify="right")
+    t.add_column("step model")
+    for who in ("sim", *(("aic",) if aic_present else ())):
+        t.add_column(f"{who} rows", justify="right")
+        for metric in ("TTFT", "TPOT"):
+            t.add_column(f"{who} {metric} APE med / P90 / bias %", justify="right")
+    for name, rows in groups.items():
+        used = Counter(r.step_model for r in rows if isinstance(r.sim, tuple))
+        cells = [name, str(len(rows)), ", ".join(f"{k} {v}" for k, v in sorted(used.items()))]
+        for who in ("sim", *(("aic",) if aic_present else ())):
+            errs = _errors(rows, who)
+            s = error_stats(errs)
+            cells.append(str(len(errs)))
+            for metric in ("ttft", "tpot"):
+                cells.append(f"{_cell(s, f'{metric}_ape_median')} / {_cell(s, f'{metric}_ape_p90')}"
+                             f" / {_cell(s, f'{metric}_bias_median')}")
+        t.add_row(*cells)
+    return t
+
+
+def _four(stats: dict[str, float]) -> dict[str, float | None]:
+    return {k: (round(stats[k], 2) if k in stats else None) for k in KEYS}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="worker processes (default: the CPU count)")
+    parser.add_argument("--limit", type=int, default=0, help="only the first N matched rows")
+    parser.add_argument("--models", default="",
+                        help="comma-separated substrings of model_path to keep")
+    parser.add_argument("--no-aic", action="store_true", help="skip aiconfigurator's estimate")
+    parser.add_argument("--rounds", default=f"{WARMUP_ROUNDS},{MEASURED_ROUNDS}",
+                        help="warm-up and measured rounds of `concurrency` requests each")
+    parser.add_argument("--stat", choices=("mean", "median"), default="mean")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    console = Console(width=200)
+    try:
+        warmup, measured = (int(v) for v in args.rounds.split(","))
+        if warmup < 0 or measured < 1 or args.jobs < 1:
+            raise ValueError
+    except ValueError:
+        raise SystemExit("gpu_fidelity: --rounds takes WARMUP,MEASURED (e.g. 2,4; measured "
+                         ">= 1) and --jobs a positive count") from None
+
+    started = time.perf_counter()
+    rows = load_rows()
+    wanted = [s.strip() for s in args.models.split(",") if s.strip()]
+    if wanted:
+        rows = [r for r in rows if any(w.lower() in r.model_path.lower() for w in wanted)]
+    matched, skipped = match_rows(rows)
+    if args.limit:
+        matched = matched[:args.limit]
+    absent = "--no-aic given" if args.no_aic else aic.available()
+    with_aic = absent is None
+
+    work = [(m, with_aic, (warmup, measured), args.stat, args.seed) for m in matched]
+    if args.jobs > 1 and len(work) > 1:
+        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+            results = list(pool.map(judge_row, *zip(*work, strict=True), chunksize=4))
+    else:
+        results = [judge_row(*w) for w in work]
+
+    for r in results:
+        if isinstance(r.sim, str):
+            skipped[r.sim] += 1
+    covered = [r for r in results if isinstance(r.sim, tuple)]
+    aic_skipped = Counter(r.aic for r in covered if with_aic and isinstance(r.aic, str))
+
+    console.print(f"gpu_fidelity: {len(rows)} judge rows, {len(covered)} simulated; "
+                  f"{time.strftime('%Y-%m-%d')}, {platform.node()}, {os.cpu_count()} CPUs, "
+                  f"--jobs {args.jobs}, rounds {warmup}+{measured}, {args.stat}")
+    for reason, n in skipped.most_common():
+        console.print(f"  skipped {n:4d}: {reason}")
+    if absent:
+        console.print(f"aiconfigurator: {absent}")
+    for reason, n in aic_skipped.most_common():
+        console.print(f"  aiconfigurator gave no estimate for {n:4d} simulated rows: {reason}")
+
+    by_model: dict[str, list[RowResult]] = defaultdict(list)
+    by_system: dict[str, list[RowResult]] = defaultdict(list)
+    for r in covered:
+        row = r.matched.row
+        by_model[row.model_path].append(r)
+        by_system[f"{row.model_path} {row.system} {r.matched.precision}"].append(r)
+    console.print(_table("Per model", {**dict(sorted(by_model.items())), "all": covered},
+                         with_aic))
+    console.print(_table("Per model, system and precision", dict(sorted(by_system.items())),
+                         with_aic))
+    tabled = [r for r in covered if r.roofline is not None]
+    if tabled:
+        side = {"measured table": tabled,
+                "roofline, same rows": [RowResult(r.matched, sim=r.roofline or "") for r in tabled]}
+        console.print(_table("Step models side by side (rows with a measured table)", side,
+                             False))
+    both = [r for r in covered if isinstance(r.aic, tuple)]
+    if with_aic and both:
+        s, a = error_stats(_errors(both, "sim")), error_stats(_errors(both, "aic"))
+        console.print(f"head to head on the {len(both)} rows both estimate: TPOT APE median "
+                      f"sim {s['tpot_ape_median']:.1f}% vs aiconfigurator "
+                      f"{a['tpot_ape_median']:.1f}%; TTFT {s['ttft_ape_median']:.1f}% vs "
+                      f"{a['ttft_ape_median']:.1f}%")
+    wall = time.perf_counter() - started
+    console.print(f"wall {wall:.0f} s; simulation {sum(r.sim_s for r in results):.0f} s of "
+                  f"worker time")
+
+    def group(rs: list[RowResult]) -> dict[str, object]:
+        return {"rows": len(rs), "sim": _four(error_stats(_errors(rs, "sim"))),
+                "aic_rows": len(_errors(rs, "aic")),
+                "aic_static": _four(error_stats(_errors(rs, "aic"))) if with_aic else None}
+
+    print(json.dumps({
+        "rows": len(covered), "models": len(by_model),
+        "sim": _four(error_stats(_errors(covered, "sim"))),
+        "aic_static": _four(error_stats(_errors(covered, "aic"))) if with_aic else None,
+        "by_model": {k: group(v) for k, v in sorted(by_model.items())},
+        "aic_rows": len(both),
+        "step_models": dict(Counter(r.step_model for r in covered)),
+        "skipped": dict(skipped), "wall_s": round(wall, 1),
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""aiconfigurator's own static estimate of a judge row, called the way its silicon validation
+calls it (ai-dynamo/aiconfigurator, tools/accuracy_regression_testing/predict_silicon_sample.py:
+`_estimate_args` and `_run_estimate`): `aiconfigurator.cli.api.cli_estimate` with the row's model,
+system, backend, backend version, ISL/OSL, quantisation modes, batch_size and parallel sizes, in
+agg mode; where the row's backend version has no perf database, with the package's default
+version. In 0.12.0 a version outside the system's queryable slots (`perf_database.
+get_version_slots`: current 0.24.0, next 0.27.0 on every judge system) is refused rather than
+missing, and every row's version (0.11.2 to 0.19.0) is outside them, so every row runs on the
+default, resolved once per system here (`get_latest_database_version`, what cli_estimate does
+for None on each call, at ~1 s of YAML parsing a call). aiconfigurator-core 0.12.0 holds the
+data and the Rust estimators; the agg estimate itself (`cli_estimate`, its InferenceSession)
+is in its companion `aiconfigurator` 0.12.0, which pins that core: both come with the
+optional extra `autotune[aiconfigurator]`.
+
+Offline, the package reads a model's config.json from those it bundles (aiconfigurator_core/
+model_configs/) and would download any other from Hugging Face. Two judge models are bundled
+under another name of the same architecture: MODEL_ALIASES says which and why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # a sibling module: benchmarks/ is a folder of scripts, not a package
+    from gpu_fidelity_rows import JudgeRow
+
+PACKAGE = "aiconfigurator"
+PARALLEL_FIELDS = ("tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
+AGG_FIELDS = ("batch_size", *PARALLEL_FIELDS)
+# Judge models whose config.json the package does not bundle, and the bundled checkpoint of the
+# same architecture. meta-llama/Llama-3.1-70B is Hugging Face's current name of the repository
+# the package bundles as meta-llama/Meta-Llama-3.1-70B (renamed, same config.json).
+# nvidia/Llama-3.1-8B-Instruct-FP8 is Llama-3.1-8B-Instruct (the Meta-Llama-3.1-8B
+# architecture) quantised to FP8; the rows pass gemm_quant_mode fp8 explicitly, so the
+# estimate runs FP8 GEMMs on it.
+MODEL_ALIASES = {"meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
+                 "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B"}
+
+
+def available() -> str | None:
+    """None where the estimate can run, else one line saying what to install."""
+    try:
+        import aiconfigurator.cli.api  # noqa: F401
+    except ImportError:
+        return ("aiconfigurator's estimate is absent: pip install 'autotune[aiconfigurator]' "
+                "(aiconfigurator and aiconfigurator-core 0.12.0)")
+    return None
+
+
+def estimate_args(row: JudgeRow) -> dict[str, Any]:
+    """cli_estimate's arguments for the row, as predict_silicon_sample.py's `_estimate_args`
+    builds them (empty parallel fields left to the package's defaults)."""
+    raw = row.raw
+    return dict(
+        model_path=MODEL_ALIASES.get(row.model_path, row.model_path),
+        system_name=row.system, mode="agg", backend_name=raw["backend"],
+        backend_version=row.backend_version or None, isl=row.isl, osl=row.osl,
+        gemm_quant_mode=row.gemm_quant or None, moe_quant_mode=row.moe_quant or None,
+        **{f: int(raw[f]) for f in AGG_FIELDS if raw.get(f)})
+
+
+@functools.cache
+def database_version(system: str, backend: str, row_version: str) -> str | None:
+    """The row's backend version where the package has it as a queryable slot for the system,
+    else the package's default (None where it has no vLLM database for the system at all)."""
+    from aiconfigurator_core.sdk.perf_database import (
+        get_latest_database_version,
+        get_version_slots,
+    )
+
+    slots = get_version_slots(system, backend) or {}
+    if row_version and row_version in slots.values():
+        return row_version
+    return get_latest_database_version(system=system, backend=backend)  # type: ignore[no-any-return]
+
+
+def estimate(row: JudgeRow) -> tuple[float, float] | str:
+    """(TTFT ms, TPOT ms) as the package estimates the row, or why it gave none (one line)."""
+    from aiconfigurator.cli.api import cli_estimate
+
+    args = estimate_args(row)
+    args["backend_version"] = database_version(row.system, args["backend_name"],
+                                               row.backend_version)
+    if args["backend_version"] is None:
+        return f"no {args['backend_name']} perf database for {row.system}"
+    try:
+        # The package prints its progress and fallbacks to stdout; the benchmark's own output
+        # (its last line is JSON) must stay clean.
+        with contextlib.redirect_stdout(io.StringIO()):
+            result = cli_estimate(**args)
+        return float(result.ttft), float(result.tpot)
+    except Exception as exc:  # the package's refusals come as many types; each is a skip
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        return f"{type(exc).__name__}: {first}"

@@ -1,0 +1,122 @@
+"""The GPU fidelity benchmark's row matching on an excerpt of the judge rows (real rows of
+benchmarks/data/, plus copies with an unknown model, an unknown system and pipeline
+parallelism): each row matched to the catalogue model, GPU, layout, precision and concurrency it
+was measured at, or skipped under the reason why."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from benchmarks.gpu_fidelity_rows import (
+    NOT_MODELLED,
+    UNKNOWN_MODEL,
+    UNKNOWN_SYSTEM,
+    JudgeRow,
+    MatchedRow,
+    load_rows,
+    match_row,
+    match_rows,
+    parse_row,
+)
+
+# id: (catalogue model, GPU, layout, precision, concurrency, expert parallel)
+SUPPORTED = {
+    # silicon_concurrency missing: batch_size (attention-DP 1) is the concurrency; FP8 serving
+    # of the BF16 checkpoint
+    "qwen3_32b_qwen3_32b_h100_sxm_vllm_agg_4000x1000_c_tp2_0_epnone_3":
+        ("Qwen3-32B", "H100-80GB", "TP2", "fp8", 48, False),
+    # attention-DP 4 x TP 4 with EP 16: 64 in flight per rank, 256 clients in all; the
+    # checkpoint's own block FP8, which aiconfigurator calls fp8
+    "minimaxm2_5_b200_vllm_fp8_agg_1024x1024_c256_cfg691":
+        ("MiniMax-M2.5", "B200-180GB", "DP4xTP4+EP", "fp8_block/fp8_block", 256, True),
+    # gpt-oss's own MXFP4 experts, labelled nvfp4 by the rows
+    "2026_03_25_gpt_oss_120b_h100_sxm_vllm_fp4_agg_1024x1024_c64_tp4_0_ep1_0_185":
+        ("gpt-oss-120b", "H100-80GB", "TP4", "bf16/mxfp4", 64, False),
+    # NVFP4 serving on B300 with the experts whole on each of 4 ranks
+    "2026_03_25_kimi_k2_5_b300_sxm_vllm_fp4_agg_8192x1024_c8_tp4_0_ep4_0_41":
+        ("Kimi-K2.5", "B300-288GB", "TP4+EP", "nvfp4/nvfp4", 8, True),
+    # Kimi-K2.5's own INT4 experts: the checkpoint as shipped (BF16 attention)
+    "2026_03_25_kimi_k2_5_h200_sxm_vllm_int4_agg_8192x1024_c4_tp8_0_ep1_0_597":
+        ("Kimi-K2.5", "H200-141GB", "TP8", "bf16/int4_wo", 4, False),
+    "2026_04_06_llama_3_1_70b_h200_sxm_vllm_fp8_agg_1024x8192_c8_tp1_ep1_268":
+        ("Llama-3.1-70B", "H200-141GB", "TP1", "fp8", 8, False),
+}
+
+
+@pytest.fixture(scope="module")
+def excerpt() -> dict[str, JudgeRow]:
+    rows = {r.id: r for r in load_rows() if r.id in SUPPORTED}
+    assert set(rows) == set(SUPPORTED), "an excerpt row is missing from benchmarks/data/"
+    return rows
+
+
+def _copy(row: JudgeRow, **changes: str) -> JudgeRow:
+    return parse_row({**row.raw, **changes})
+
+
+@pytest.mark.parametrize("row_id", sorted(SUPPORTED))
+def test_supported_rows_match_what_was_measured(excerpt: dict[str, JudgeRow], row_id: str) -> None:
+    model, gpu, layout, precision, concurrency, ep = SUPPORTED[row_id]
+    m = match_row(excerpt[row_id])
+    assert isinstance(m, MatchedRow), m
+    assert (m.catalogue_model, m.gpu.name, m.layout, m.precision, m.row.concurrency, m.ep) == (
+        model, gpu, layout, precision, concurrency, ep)
+
+
+def test_a_row_at_another_precision_serves_the_model_at_it(excerpt: dict[str, JudgeRow]) -> None:
+    """FP8 serving of a BF16 checkpoint weighs a byte a parameter; a checkpoint served as
+    shipped keeps the catalogue's model."""
+    fp8 = match_row(excerpt["2026_04_06_llama_3_1_70b_h200_sxm_vllm_fp8_agg_1024x8192_c8_tp1_ep1_268"])
+    assert isinstance(fp8, MatchedRow)
+    assert (fp8.model.dense_quant, fp8.model.dense_bytes_per_param) == ("fp8", 1.0)
+    own = match_row(excerpt["2026_03_25_kimi_k2_5_h200_sxm_vllm_int4_agg_8192x1024_c4_tp8_0_ep1_0_597"])
+    assert isinstance(own, MatchedRow)
+    from autotune import catalogue
+    assert own.model == catalogue.model("moonshotai/Kimi-K2.5")
+
+
+def test_unmatched_rows_are_counted_by_reason(excerpt: dict[str, JudgeRow]) -> None:
+    qwen = excerpt["qwen3_32b_qwen3_32b_h100_sxm_vllm_agg_4000x1000_c_tp2_0_epnone_3"]
+    rows = [*excerpt.values(),
+            _copy(qwen, model_path="acme/not-a-model"),
+            _copy(qwen, model_path="acme/not-a-model", id="second"),
+            _copy(qwen, system="tpu_v5e"),
+            _copy(qwen, pp_size="2")]
+    matched, skipped = match_rows(rows)
+    assert {m.row.id for m in matched} == set(SUPPORTED)
+    assert skipped == Counter({f"{UNKNOWN_MODEL}: acme/not-a-model": 2,
+                               f"{UNKNOWN_SYSTEM}: tpu_v5e": 1,
+                               f"{NOT_MODELLED}: pipeline parallelism (pp_size 2)": 1})
+
+
+def test_every_judge_row_parses_with_its_concurrency() -> None:
+    """1,328 rows; where both are given the concurrency is batch_size x attention-DP."""
+    rows = load_rows()
+    assert len(rows) == 1328
+    assert all(r.concurrency == int(r.raw["batch_size"]) * r.dp for r in rows)
+
+
+def test_aiconfigurator_is_asked_as_its_silicon_validation_asks(excerpt: dict[str, JudgeRow]) -> None:
+    """cli_estimate's arguments: batch_size per attention-DP rank and the parallel sizes as the
+    row gives them, the bundled name of a renamed checkpoint; with the extra, an estimate for a
+    row the package has data for and a one-line reason for one it lacks."""
+    from benchmarks import gpu_fidelity_aic as aic
+
+    minimax = excerpt["minimaxm2_5_b200_vllm_fp8_agg_1024x1024_c256_cfg691"]
+    args = aic.estimate_args(minimax)
+    assert {k: args[k] for k in ("batch_size", "tp_size", "attention_dp_size", "moe_tp_size",
+                                 "moe_ep_size", "gemm_quant_mode", "system_name", "mode")} == {
+        "batch_size": 64, "tp_size": 4, "attention_dp_size": 4, "moe_tp_size": 1,
+        "moe_ep_size": 16, "gemm_quant_mode": "fp8", "system_name": "b200_sxm", "mode": "agg"}
+    llama = excerpt["2026_04_06_llama_3_1_70b_h200_sxm_vllm_fp8_agg_1024x8192_c8_tp1_ep1_268"]
+    assert aic.estimate_args(llama)["model_path"] == "meta-llama/Meta-Llama-3.1-70B"
+    if aic.available() is not None:
+        pytest.skip("needs the optional extra: pip install 'autotune[aiconfigurator]'")
+    qwen = excerpt["qwen3_32b_qwen3_32b_h100_sxm_vllm_agg_4000x1000_c_tp2_0_epnone_3"]
+    ttft, tpot = aic.estimate(qwen)  # type: ignore[misc]
+    assert 0 < tpot < ttft
+    gpt_oss = excerpt["2026_03_25_gpt_oss_120b_h100_sxm_vllm_fp4_agg_1024x1024_c64_tp4_0_ep1_0_185"]
+    reason = aic.estimate(gpt_oss)
+    assert isinstance(reason, str) and "\n" not in reason and "PerfDataNotAvailableError" in reason
