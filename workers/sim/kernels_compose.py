@@ -40,9 +40,16 @@ from typing import Any
 import numpy as np
 
 from autotune.catalogue import GPU, Model
-from workers.sim.kernels_build import (SYSTEMS, KernelsUnavailable, _data_root, build_table)
-from workers.sim.moe_estimate import (Curve, MoeShape, error_summary, estimate_ms, features,
-                                      fit, leave_one_split_out, nearest)
+from workers.sim.kernels_build import SYSTEMS, KernelsUnavailable, _data_root, build_table
+from workers.sim.moe_estimate import (
+    Curve,
+    MoeShape,
+    error_summary,
+    estimate_ms,
+    fit,
+    leave_one_split_out,
+    nearest,
+)
 from workers.sim.step_table import model_precision
 
 ESTIMATED_EXPERTS = "fp4"  # the catalogue's name for MXFP4 experts
