@@ -160,6 +160,11 @@ def kernels_build(
     out: Annotated[Path | None, typer.Option(
         help="Folder for the tables (default: workers/sim/kernels/, which the simulator reads).")
     ] = None,
+    estimate_moe_from: Annotated[str | None, typer.Option(
+        help="For FP4 experts the package has no rows for: estimate the routed MoE from "
+             "this measured kernel on other shapes (w4a16_mxfp4: vLLM's Marlin) and take "
+             "everything else from the package; the table records which parts are estimated.")
+    ] = None,
 ) -> None:
     """Sample aiconfigurator-core's forward-pass model (NVIDIA-measured kernels) over a grid
     of decode and prefill batches and write one step-time table per layout. Needs the
@@ -167,15 +172,21 @@ def kernels_build(
     tables, never the package."""
     from autotune import catalogue
     from workers.sim.kernels_build import KernelsUnavailable, build_table, write_table
-    from workers.sim.step_table import TABLES_DIR, StepTable, parse_layout
+    from workers.sim.kernels_compose import compose_table
+    from workers.sim.step_table import TABLES_DIR, StepTable, model_precision, parse_layout
 
     gpu_info, model_info = catalogue.gpu(gpu), catalogue.model(model)
     try:
         layouts = [parse_layout(p) for p in parallel]
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    if estimate_moe_from and precision and precision != model_precision(model_info):
+        raise ConfigError(f"--estimate-moe-from composes the checkpoint's own precision "
+                          f"({model_precision(model_info)}); drop --precision {precision}")
     try:  # every layout first, then write: a failure leaves nothing half-written
-        tables = [build_table(gpu_info, model_info, tp, dp, ep, precision, backend_version)
+        tables = [compose_table(gpu_info, model_info, tp, dp, ep, estimate_moe_from,
+                                backend_version) if estimate_moe_from else
+                  build_table(gpu_info, model_info, tp, dp, ep, precision, backend_version)
                   for tp, dp, ep in layouts]
     except KernelsUnavailable as exc:
         raise ConfigError(f"{exc}; the simulator keeps the roofline step model here") from None

@@ -10,12 +10,17 @@ import pytest
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.e2e
+FP8 = "fp8_block/fp8_block"
 
 
 @pytest.mark.parametrize("args, fragment", [
     (["--parallel", "TP8", "--parallel", "DP2TP4"], "parallel layout 'DP2TP4': expected"),
     (["--parallel", "TP8", "--precision", "int3"],
      "precision 'int3': expected dense[/experts] from bf16"),
+    (["--parallel", "TP8", "--estimate-moe-from", "int4"],
+     "--estimate-moe-from 'int4': expected one of w4a16_mxfp4"),
+    (["--parallel", "TP8", "--estimate-moe-from", "w4a16_mxfp4", "--precision", FP8],
+     "drop --precision fp8_block/fp8_block"),
 ])
 def test_bad_input(tmp_path: Path, args: list[str], fragment: str) -> None:
     out = tmp_path / "tables"

@@ -44,11 +44,18 @@ def test_measured_prices_the_gpu_part_from_the_table() -> None:
     assert perf.step_parts_s(30, 32 * 4096)[0] == pytest.approx(gpu)
 
 
+def test_the_checkpoint_runs_on_its_composed_table_and_says_it_is_partly_estimated() -> None:
+    backend = _started(step_model="measured")  # the checkpoint's own FP4 experts
+    assert isinstance(backend.perf, MeasuredPerfModel)
+    assert backend.notes()["step_model"].startswith(
+        "partly estimated table H200-141GB/DeepSeek-V4-Flash/TP8/fp8_block/fp4")
+
+
 def test_measured_without_a_table_falls_back_to_the_roofline_and_says_why() -> None:
-    backend = _started(step_model="measured")  # the checkpoint's FP4 experts: no table
+    backend = _started(step_model="measured", step_precision="bf16/bf16")
     assert type(backend.perf) is PerfModel
     assert backend.notes()["step_model"].startswith(
-        "roofline (no measured table for H200-141GB/DeepSeek-V4-Flash/TP8/fp8_block/fp4)")
+        "roofline (no measured table for H200-141GB/DeepSeek-V4-Flash/TP8/bf16/bf16)")
 
 
 def test_unknown_step_model_is_refused() -> None:

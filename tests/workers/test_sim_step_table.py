@@ -102,9 +102,10 @@ def test_select_step_model(tmp_path: Path) -> None:
     chosen = select_step_model("H200-141GB", "DeepSeek-V4-Flash", "TP8+EP", FP8)
     assert chosen.name == "measured" and chosen.table is not None
     assert "aiconfigurator-core 0.12.0" in chosen.label and "vllm 0.24.0" in chosen.label
-    # The official checkpoint's FP4 experts have no measured table: roofline, named so.
-    fp4 = select_step_model("H200-141GB", "DeepSeek-V4-Flash", "TP8+EP", "fp8_block/fp4")
-    assert fp4.name == "roofline" and fp4.table is None
-    assert "no measured table for H200-141GB/DeepSeek-V4-Flash/TP8+EP/fp8_block/fp4" in fp4.label
+    # A precision with no table (the FP4 checkpoint's is composed, see
+    # test_sim_kernels_compose.py): roofline, named so.
+    bf16 = select_step_model("H200-141GB", "DeepSeek-V4-Flash", "TP8+EP", "bf16/bf16")
+    assert bf16.name == "roofline" and bf16.table is None
+    assert "no measured table for H200-141GB/DeepSeek-V4-Flash/TP8+EP/bf16/bf16" in bf16.label
     assert select_step_model("H200-141GB", "DeepSeek-V4-Flash", "TP8+EP", FP8,
                              tables_dir=tmp_path).name == "roofline"

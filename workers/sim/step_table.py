@@ -109,9 +109,12 @@ class StepTable:
     @property
     def label(self) -> str:
         s = self.source
-        return (f"measured table {self.gpu}/{self.model}/{self.layout}/{self.precision} "
-                f"({s.get('package')} {s.get('version')}, {s.get('backend')} "
-                f"{s.get('backend_version')} kernel tables)")
+        kind = "partly estimated table" if s.get("estimated") else "measured table"
+        label = (f"{kind} {self.gpu}/{self.model}/{self.layout}/{self.precision} "
+                 f"({s.get('package')} {s.get('version')}, {s.get('backend')} "
+                 f"{s.get('backend_version')} kernel tables)")
+        # workers/sim/kernels_compose.py: which part is estimated, and how far off it may be
+        return f"{label}; estimated: {s['estimated']}" if s.get("estimated") else label
 
     def gpu_ms(self, decode_seqs: float, decode_kv_tokens: float, prefill_tokens: float = 0.0,
                prefill_context: float = 0.0) -> float:
