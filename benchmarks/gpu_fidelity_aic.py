@@ -14,7 +14,9 @@ optional extra `autotune[aiconfigurator]`.
 
 Offline, the package reads a model's config.json from those it bundles (aiconfigurator_core/
 model_configs/) and would download any other from Hugging Face. Two judge models are bundled
-under another name of the same architecture: MODEL_ALIASES says which and why.
+under another name of the same architecture (workers.sim.kernels_build.PACKAGE_MODEL_IDS says
+which and why); the rows pass their quantisation modes explicitly, so the estimate runs them at
+the row's precision.
 """
 
 from __future__ import annotations
@@ -24,20 +26,15 @@ import functools
 import io
 from typing import TYPE_CHECKING, Any
 
+from workers.sim.kernels_build import PACKAGE_MODEL_IDS
+
 if TYPE_CHECKING:  # a sibling module: benchmarks/ is a folder of scripts, not a package
     from gpu_fidelity_rows import JudgeRow
 
 PACKAGE = "aiconfigurator"
 PARALLEL_FIELDS = ("tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
 AGG_FIELDS = ("batch_size", *PARALLEL_FIELDS)
-# Judge models whose config.json the package does not bundle, and the bundled checkpoint of the
-# same architecture. meta-llama/Llama-3.1-70B is Hugging Face's current name of the repository
-# the package bundles as meta-llama/Meta-Llama-3.1-70B (renamed, same config.json).
-# nvidia/Llama-3.1-8B-Instruct-FP8 is Llama-3.1-8B-Instruct (the Meta-Llama-3.1-8B
-# architecture) quantised to FP8; the rows pass gemm_quant_mode fp8 explicitly, so the
-# estimate runs FP8 GEMMs on it.
-MODEL_ALIASES = {"meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
-                 "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B"}
+
 
 
 def available() -> str | None:
@@ -55,7 +52,7 @@ def estimate_args(row: JudgeRow) -> dict[str, Any]:
     builds them (empty parallel fields left to the package's defaults)."""
     raw = row.raw
     return dict(
-        model_path=MODEL_ALIASES.get(row.model_path, row.model_path),
+        model_path=PACKAGE_MODEL_IDS.get(row.model_path, row.model_path),
         system_name=row.system, mode="agg", backend_name=raw["backend"],
         backend_version=row.backend_version or None, isl=row.isl, osl=row.osl,
         gemm_quant_mode=row.gemm_quant or None, moe_quant_mode=row.moe_quant or None,

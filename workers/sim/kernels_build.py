@@ -33,6 +33,14 @@ DTYPES: dict[str, str | None] = {"bf16": "bfloat16", "fp8": "fp8", "fp8_block": 
                                  "fp4": None, "mxfp4": None, "nvfp4": "nvfp4",
                                  "int4_wo": "int4"}
 
+# Checkpoints whose config.json the package bundles (aiconfigurator_core/model_configs/) under
+# another id of the same architecture; offline it would try to download the id as given.
+# meta-llama/Llama-3.1-70B is Hugging Face's current name of the repository the package keeps
+# as meta-llama/Meta-Llama-3.1-70B (renamed, same config.json); nvidia/Llama-3.1-8B-Instruct-FP8
+# is Llama-3.1-8B-Instruct (Meta-Llama-3.1-8B's architecture) in FP8, which the config's
+# weight_dtype says.
+PACKAGE_MODEL_IDS = {"meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
+                     "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B"}
 
 def system_gpu(system: str) -> str:
     """The catalogue GPU of an aiconfigurator system name (h100_sxm -> H100-80GB)."""
@@ -69,7 +77,8 @@ def engine_config(gpu: GPU, model: Model, tp: int, dp: int, ep: bool, precision:
                                  f"{', '.join(DTYPES)}")
     width = tp * dp
     config: dict[str, Any] = {
-        "schema_version": 1, "model_name": model.hf_id, "system_name": system,
+        "schema_version": 1, "model_name": PACKAGE_MODEL_IDS.get(model.hf_id, model.hf_id),
+        "system_name": system,
         "backend": BACKEND, "backend_version": backend_version, "tp_size": tp, "pp_size": 1,
         "attention_dp_size": dp, "moe_tp_size": 1 if ep else width, "moe_ep_size": width if ep else 1,
     }
