@@ -378,10 +378,14 @@ def _expr(path: Path, what: str, source: str | None) -> Expr | None:
 def _param(path: Path, name: str, spec: ParamSpec) -> Param:
     """A validated parameter as the search uses it, its expressions parsed."""
     where = f"parameter {name!r}"
-    param = Param(name, spec.type, spec.low, spec.high, spec.step, spec.log,
-                  choices=tuple(spec.choices or ()), when=_expr(path, f"{where} when", spec.when),
+    param = Param(name, spec.type, when=_expr(path, f"{where} when", spec.when),
                   min_expr=_expr(path, f"{where} min", spec.min),
                   max_expr=_expr(path, f"{where} max", spec.max))
+    # Only the keys of its type: a range's choices or a categorical's bounds are ignored.
+    if spec.type in ("int", "float"):
+        param = replace(param, low=spec.low, high=spec.high, step=spec.step, log=spec.log)
+    elif spec.type == "categorical":
+        param = replace(param, choices=tuple(spec.choices or ()))
     marking = spec.affects_accuracy
     if marking is None:
         return param
