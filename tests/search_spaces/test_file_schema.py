@@ -113,3 +113,14 @@ def test_yaml_numbers_stay_what_they_are(tmp_path: Path) -> None:
     assert space.name == "2024" and type(seqs.low) is int and type(seqs.high) is int
     assert seqs.max_expr is not None and seqs.max_expr.source == "32"
     assert space.bind({}).param("max_num_seqs").high == 32
+
+
+def test_a_parameter_keeps_only_the_keys_of_its_type(tmp_path: Path) -> None:
+    """Allowed but ignored, as the hand-written reader had them: a categorical's bounds, a
+    range's choices."""
+    path = tmp_path / "x.yaml"
+    path.write_text("parameters:\n  block_size: {type: categorical, choices: [16, 32], low: 1, "
+                    "high: 9}\n  max_num_seqs: {type: int, low: 8, high: 64, choices: [8]}\n")
+    space = load_space_file(path, common_rules=())
+    assert space.param("block_size").low is None and space.param("block_size").high is None
+    assert space.param("max_num_seqs").choices == ()
