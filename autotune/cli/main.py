@@ -18,6 +18,7 @@ from autotune.cli.capture import capture
 from autotune.cli.quarterly import HELP as QUARTERLY_HELP
 from autotune.cli.quarterly import quarterly
 from autotune.cli.sim import GPU_HELP, MODEL_HELP, sim_app, simulate
+from autotune.cli.space import space_app
 from autotune.cli.traffic import traffic_app
 from autotune.errors import AutotuneError, ConfigError
 
@@ -32,6 +33,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(models_app, name="models")
 app.add_typer(traffic_app, name="traffic")
 app.add_typer(sim_app, name="sim")
+app.add_typer(space_app, name="space")
 app.command("simulate")(simulate)
 app.command("capture")(capture)
 app.command("quarterly", help=QUARTERLY_HELP)(quarterly)
