@@ -73,9 +73,9 @@ def simulate(
 
     load: Load
     if max_concurrency is None:
-        for flag, value in (("--num-prompts", num_prompts), ("--input-len", input_len),
+        for flag, given in (("--num-prompts", num_prompts), ("--input-len", input_len),
                             ("--output-len", output_len)):
-            if value is not None:
+            if given is not None:
                 raise ConfigError(f"{flag} applies to a closed loop: add --max-concurrency N")
         if trace is None:
             raise ConfigError("an open-loop replay needs --trace FILE (or give --max-concurrency "
