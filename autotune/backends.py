@@ -14,6 +14,9 @@ Contract:
 - `replay(trace, rate_scale, seed)` replays the trace with arrivals compressed by rate_scale
   (2.0 = twice the recorded rate) and returns a ReplayResult; it never raises for a request
   that failed, it records it.
+- `replay_closed_loop(trace, max_concurrency, seed)` sends the trace's requests in order from
+  `max_concurrency` clients, each sending its next when its last finished (`vllm bench serve
+  --max-concurrency`; arrival times unused); the result's scheduled_s are the send times.
 - `stop()` releases everything; it is safe to call twice or after a failed start.
 - An engine that dies during a replay raises ReplayError.
 """
@@ -51,6 +54,10 @@ class EngineBackend(ABC):
 
     @abstractmethod
     def replay(self, trace: object, rate_scale: float, seed: int) -> ReplayResult: ...
+
+    def replay_closed_loop(self, trace: object, max_concurrency: int, seed: int) -> ReplayResult:
+        raise ConfigError(f"the {self.name or type(self).__name__} backend has no closed-loop "
+                          "replay; use sim or vllm")
 
     @abstractmethod
     def stop(self) -> None: ...

@@ -3,8 +3,8 @@
 mkdocs.yml names this file as a hook: in every page, a marker line `<!-- reference:NAME -->` is
 replaced by the markdown of NAME (see PARTS), so the CLI, settings, search-space, catalogue and
 REST API reference pages cannot drift from the code. Something the code has but the pages cannot
-describe (a setting without a comment, a schema key without an entry here) is logged as a
-warning, which fails `mkdocs build --strict`.
+describe (a setting without a comment, a space-file key without a description) is logged
+as a warning, which fails `mkdocs build --strict`.
 
 Alone, it prints one part: `python scripts/docs_reference.py cli` (or settings, openapi, ...).
 """
@@ -90,7 +90,7 @@ def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
 # -- CLI ------------------------------------------------------------------------------------------
 # Commands in the order a user meets them; any command not named here follows, alphabetically.
 CLI_ORDER = ("db", "tune", "campaigns", "report", "publish", "api", "dashboard", "quarterly",
-             "check-config", "traffic", "capture", "simulate", "sim", "models")
+             "check-config", "space", "traffic", "capture", "simulate", "sim", "models")
 
 
 def _type_name(param: Any) -> str:
@@ -223,56 +223,6 @@ def settings_markdown() -> str:
 
 
 # -- search spaces --------------------------------------------------------------------------------
-SPACE_KEYS = {
-    "name": "The space's name (default: the file's name without `.yaml`).",
-    "description": "What the space is for; printed by `autotune tune`.",
-    "profile": "The deployment traffic profile (`chat` or `batch`) this space is the default "
-               "for. Not inherited through `extends`.",
-    "parameters": "Required. A mapping of parameter name to its definition (keys below), in the "
-                  "order the sampler suggests them.",
-    "rules": "Rules added to the common ones of `rules.yaml` (keys below).",
-    "extends": "A built-in space's name or a YAML file (relative to this one) whose parameters "
-               "and rules come first; a parameter named again replaces the base's definition "
-               "in place.",
-}
-PARAM_KEYS = {
-    "type": "Required: `int`, `float`, `categorical` or `bool`.",
-    "low": "`int` and `float`: the lowest value (required).",
-    "high": "`int` and `float`: the highest value (required, at least `low`).",
-    "step": "`int` and `float`: the step between values. Not with `log`. A grid search needs "
-            "it for floats and for ints wider than 64 values.",
-    "log": "`int` and `float`: sample on a log scale (`true`/`false`). Not with `step`.",
-    "choices": "`categorical`: the non-empty list of values, in order (numbers are treated as "
-               "ordered by the samplers).",
-    "when": "An expression over deployment facts and the parameters before this one: the "
-            "parameter exists only where it holds; elsewhere the engine uses its default.",
-    "min": "An expression over deployment facts: a lower bound that clamps `low` or filters "
-           "`choices`. Not for `bool`.",
-    "max": "An expression over deployment facts: an upper bound that clamps `high` or filters "
-           "`choices`. Not for `bool`.",
-    "affects_accuracy": "`categorical` and `bool`: the values that change the model's numerics, "
-                        "as a list (`[fp8]`), `true` (every value but `null` or `false`) or "
-                        "`false` (none). Without it, autotune's own judgement applies "
-                        "(`kv_cache_dtype` other than `auto`/`bfloat16`, any "
-                        "`speculative_config`). See [accuracy-affecting values]"
-                        "(../concepts/deployment.md#accuracy-affecting-values).",
-}
-RULE_KEYS = {
-    "name": "Required. The rule's name, shown when a config breaks it.",
-    "require": "Required. An expression that must hold for a config to be allowed.",
-    "message": "Required. What is wrong; `{name}` placeholders are filled with the values.",
-    "severity": "`error` (default: vLLM refuses the config or fails to start it) or `slow` "
-                "(known to perform badly).",
-    "when": "An expression: the rule applies only where it holds.",
-    "source": "Where vLLM does it (`file::function`) or the guide that says so.",
-}
-PIN_KEYS = {
-    "name": "Required. The pin's name.",
-    "when": "Required. An expression over deployment facts: where the pin applies.",
-    "set": "Required. A mapping of engine argument to the value the model or GPU requires.",
-    "message": "Required. Why the value is required.",
-    "source": "Where vLLM does it.",
-}
 FACTS = {
     "device": '`"gpu"` or `"cpu"` (the vLLM CPU build)',
     "gpu_memory_gib": "memory of one GPU, GiB, as the driver reports it",
@@ -305,27 +255,24 @@ def _check_documented(what: str, documented: dict[str, str], actual: set[str]) -
                     "reads it", what, key)
 
 
-def _keys_table(keys: dict[str, str]) -> str:
-    return _table(("key", "meaning"), [(f"`{k}`", v) for k, v in keys.items()])
+def _keys_table(model: Any) -> str:
+    """A file model's keys and their field descriptions (search_spaces/_file_schema.py)."""
+    rows = []
+    for key, info in model.model_fields.items():
+        if not info.description:
+            log.warning("%s key %r has no description in search_spaces/_file_schema.py",
+                        model.__name__, key)
+        rows.append((f"`{key}`", _cell(info.description or "")))
+    return _table(("key", "meaning"), rows)
 
 
 def space_keys_markdown() -> str:
-    from search_spaces import _schema
+    from search_spaces._file_schema import ParamSpec, PinSpec, RuleSpec, SpaceFile
 
-    _check_documented("parameter key", PARAM_KEYS, set(_schema._PARAM_KEYS))
-    _check_documented("rule key", RULE_KEYS, set(_schema._RULE_KEYS))
-    _check_documented("pin key", PIN_KEYS, set(_schema._PIN_KEYS))
-    for path in sorted(_schema.SPACES_DIR.glob("*.yaml")):
-        if path.stem != "rules":
-            import yaml
-
-            for key in set(yaml.safe_load(path.read_text())) - set(SPACE_KEYS):
-                log.warning("space key %r (in %s) is not described in "
-                            "scripts/docs_reference.py", key, path.name)
-    return "\n".join(["### Top-level keys", "", _keys_table(SPACE_KEYS), "",
-                      "### Parameter keys", "", _keys_table(PARAM_KEYS), "",
-                      "### Rule keys", "", _keys_table(RULE_KEYS), "",
-                      "### Pin keys (`rules.yaml` only)", "", _keys_table(PIN_KEYS)])
+    return "\n".join(["### Top-level keys", "", _keys_table(SpaceFile), "",
+                      "### Parameter keys", "", _keys_table(ParamSpec), "",
+                      "### Rule keys", "", _keys_table(RuleSpec), "",
+                      "### Pin keys (`rules.yaml` only)", "", _keys_table(PinSpec)])
 
 
 def space_names_markdown() -> str:

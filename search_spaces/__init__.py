@@ -5,6 +5,7 @@ This package is data plus a small schema: it never imports autotune.
 
 from __future__ import annotations
 
+from search_spaces._file_schema import SpaceFile, space_schema_text
 from search_spaces._rules import Pin, Rule, RuleError, pinned_values
 from search_spaces._schema import (
     Param,
@@ -23,9 +24,11 @@ __all__ = [
     "RuleError",
     "SearchSpace",
     "SpaceError",
+    "SpaceFile",
     "builtin_space_path",
     "load_pins_file",
     "load_rules_file",
     "load_space_file",
     "pinned_values",
+    "space_schema_text",
 ]

@@ -7,6 +7,7 @@ Each entry lists the values that keep the model's numerics; every other value ch
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,3 +39,18 @@ def builtin_changes(name: str, value: Any) -> bool:
     """Whether the built-in judgement says this value of this argument changes numerics."""
     known = BUILTIN.get(name)
     return known is not None and value not in known.keeps
+
+
+def decoded(value: Any) -> Any:
+    """A nested config's choice (JSON text, e.g. speculative_config) as the mapping it is."""
+    if isinstance(value, str) and value.startswith("{"):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def same_value(marked: Any, value: Any) -> bool:
+    """Whether a marked value and a parameter's value are one (JSON text or its mapping)."""
+    return bool(marked == value or decoded(marked) == decoded(value))

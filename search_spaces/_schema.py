@@ -1,4 +1,5 @@
-"""The YAML schema of a search space and its translation into Optuna distributions.
+"""Search spaces as the search uses them (`Param`, `SearchSpace`: Optuna distributions, grids,
+conditions, bounds bound to a deployment), read from YAML files that _file_schema.py validates.
 
 A space file:
 
@@ -35,7 +36,6 @@ Expressions use the rule grammar (search_spaces/_rules.py), never `eval`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -49,19 +49,21 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from search_spaces._accuracy import builtin_changes
+from search_spaces._accuracy import builtin_changes, decoded, same_value
+from search_spaces._file_schema import (
+    ParamSpec,
+    PinSpec,
+    RulesFile,
+    RuleSpec,
+    SpaceError,
+    SpaceFile,
+    validated,
+)
 from search_spaces._rules import Expr, Pin, Rule, RuleError, pinned_values
 
 SPACES_DIR = Path(__file__).parent / "spaces"
 RULES_FILE = SPACES_DIR / "rules.yaml"
-_TYPES = ("int", "float", "categorical", "bool")
-_PARAM_KEYS = {"type", "low", "high", "step", "log", "choices", "when", "min", "max",
-               "affects_accuracy"}
 MAX_PLAIN_INT_GRID = 64  # an int range without step or log wider than this has no sensible grid
-
-
-class SpaceError(ValueError):
-    """A malformed search-space or rules file."""
 
 
 class Suggester(Protocol):
@@ -96,8 +98,8 @@ class Param:
         """Whether this value changes the model's numerics: the space's marking, else the
         built-in judgement for the engine argument."""
         if self.affects_accuracy is None:
-            return builtin_changes(self.name, _decoded(value))
-        return any(_same(marked, value) for marked in self.affects_accuracy)
+            return builtin_changes(self.name, decoded(value))
+        return any(same_value(marked, value) for marked in self.affects_accuracy)
 
     def distribution(self) -> BaseDistribution:
         if self.type == "int":
@@ -344,20 +346,6 @@ class SearchSpace:
                 raise SpaceError(f"{where}: sets unknown parameter(s) {', '.join(bad)}")
 
 
-def _decoded(value: Any) -> Any:
-    """A nested config's choice (JSON text, e.g. speculative_config) as the mapping it is."""
-    if isinstance(value, str) and value.startswith("{"):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError:
-            return value
-    return value
-
-
-def _same(marked: Any, value: Any) -> bool:
-    return bool(marked == value or _decoded(marked) == _decoded(value))
-
-
 def _widened(p: Param, value: Any) -> Param:
     if p.type == "categorical":
         choices = (*p.choices, value)
@@ -380,119 +368,47 @@ def _read_yaml(path: Path) -> Any:
         raise SpaceError(f"{path} is not valid YAML: {exc}".replace("\n", " ")) from None
 
 
-def _expr(where: str, key: str, spec: dict[str, Any]) -> Expr | None:
-    if spec.get(key) is None:
-        return None
+def _expr(path: Path, what: str, source: str | None) -> Expr | None:
     try:
-        return Expr(str(spec[key]), f"{where} {key}")
+        return None if source is None else Expr(source, what)
     except RuleError as exc:
-        raise SpaceError(str(exc)) from None
+        raise SpaceError(f"{path}: {exc}") from None
 
 
-def _parse_param(path: Path, name: str, spec: Any) -> Param:
-    where = f"{path}: parameter {name!r}"
-    if not isinstance(spec, dict) or spec.get("type") not in _TYPES:
-        raise SpaceError(f"{where}: needs 'type' set to one of {', '.join(_TYPES)}")
-    kind = spec["type"]
-    extra = set(spec) - _PARAM_KEYS
-    if extra:
-        raise SpaceError(f"{where}: unknown key(s) {', '.join(sorted(extra))}")
-    when = _expr(f"parameter {name!r}", "when", spec)
-    param = _parse_kind(where, name, kind, spec, when)
-    marking = _parse_marking(where, param, spec.get("affects_accuracy"))
-    return param if marking is None else replace(param, affects_accuracy=marking)
-
-
-def _parse_marking(where: str, p: Param, marking: Any) -> tuple[Any, ...] | None:
-    """`affects_accuracy`: a list of the parameter's values, true (every value but null or
-    false) or false (none); None where the key is absent."""
+def _param(path: Path, name: str, spec: ParamSpec) -> Param:
+    """A validated parameter as the search uses it, its expressions parsed."""
+    where = f"parameter {name!r}"
+    param = Param(name, spec.type, when=_expr(path, f"{where} when", spec.when),
+                  min_expr=_expr(path, f"{where} min", spec.min),
+                  max_expr=_expr(path, f"{where} max", spec.max))
+    # Only the keys of its type: a range's choices or a categorical's bounds are ignored.
+    if spec.type in ("int", "float"):
+        param = replace(param, low=spec.low, high=spec.high, step=spec.step, log=spec.log)
+    elif spec.type == "categorical":
+        param = replace(param, choices=tuple(spec.choices or ()))
+    marking = spec.affects_accuracy
     if marking is None:
-        return None
-    if p.type not in ("categorical", "bool"):
-        raise SpaceError(f"{where}: 'affects_accuracy' is for categorical and bool parameters")
-    values = p.grid()
-    if marking is True:
-        return tuple(v for v in values if v is not None and v is not False)
-    if marking is False:
-        return ()
-    if not isinstance(marking, list):
-        raise SpaceError(f"{where}: 'affects_accuracy' must be a list of the parameter's "
-                         "values, true or false")
-    unknown = [m for m in marking if not any(_same(m, v) for v in values)]
-    if unknown:
-        raise SpaceError(f"{where}: 'affects_accuracy' names {', '.join(map(repr, unknown))}, "
-                         f"which is not among its values ({', '.join(map(repr, values))})")
-    return tuple(marking)
+        return param
+    if marking is True:  # every value but null or false
+        return replace(param, affects_accuracy=tuple(
+            v for v in spec.values() if v is not None and v is not False))
+    return replace(param, affects_accuracy=tuple(marking or ()))
 
 
-def _parse_kind(where: str, name: str, kind: str, spec: dict[str, Any],
-                when: Expr | None) -> Param:
-    lo = _expr(f"parameter {name!r}", "min", spec)
-    hi = _expr(f"parameter {name!r}", "max", spec)
-    if kind == "bool" and (lo or hi):
-        raise SpaceError(f"{where}: a bool has no 'min' or 'max'")
-    if kind in ("int", "float"):
-        if "low" not in spec or "high" not in spec or spec["low"] > spec["high"]:
-            raise SpaceError(f"{where}: needs numeric 'low' <= 'high'")
-        if spec.get("log") and spec.get("step") is not None:
-            raise SpaceError(f"{where}: 'log' and 'step' cannot be combined (Optuna refuses it)")
-        return Param(name, kind, spec["low"], spec["high"], spec.get("step"), bool(spec.get("log")),
-                     when=when, min_expr=lo, max_expr=hi)
-    if kind == "categorical":
-        choices = spec.get("choices")
-        if not isinstance(choices, list) or not choices:
-            raise SpaceError(f"{where}: needs a non-empty 'choices' list")
-        return Param(name, kind, choices=tuple(choices), when=when, min_expr=lo, max_expr=hi)
-    return Param(name, kind, when=when)
+def _rules(path: Path, specs: list[RuleSpec] | None) -> tuple[Rule, ...]:
+    try:
+        return tuple(Rule(r.name, r.require, r.message, r.severity, r.when, r.source or "",
+                          str(path)) for r in specs or ())
+    except RuleError as exc:
+        raise SpaceError(f"{path}: {exc}") from None
 
 
-_RULE_KEYS = {"name", "require", "message", "severity", "when", "source"}
-_PIN_KEYS = {"name", "when", "set", "message", "source"}
-
-
-def _parse_rules(path: Path, items: Any) -> tuple[Rule, ...]:
-    if items is None:
-        return ()
-    if not isinstance(items, list):
-        raise SpaceError(f"{path}: 'rules' must be a list")
-    rules = []
-    for item in items:
-        if not isinstance(item, dict) or not {"name", "require", "message"} <= set(item):
-            raise SpaceError(f"{path}: every rule needs 'name', 'require' and 'message'")
-        extra = set(item) - _RULE_KEYS
-        if extra:
-            raise SpaceError(f"{path}: rule {item['name']!r}: unknown key(s) "
-                             f"{', '.join(sorted(extra))}")
-        try:
-            rules.append(Rule(item["name"], str(item["require"]), item["message"],
-                              item.get("severity", "error"),
-                              None if item.get("when") is None else str(item["when"]),
-                              str(item.get("source", "")), str(path)))
-        except RuleError as exc:
-            raise SpaceError(f"{path}: {exc}") from None
-    return tuple(rules)
-
-
-def _parse_pins(path: Path, items: Any) -> tuple[Pin, ...]:
-    if items is None:
-        return ()
-    if not isinstance(items, list):
-        raise SpaceError(f"{path}: 'pins' must be a list")
-    pins = []
-    for item in items:
-        if not isinstance(item, dict) or not {"name", "when", "set", "message"} <= set(item):
-            raise SpaceError(f"{path}: every pin needs 'name', 'when', 'set' and 'message'")
-        extra = set(item) - _PIN_KEYS
-        if extra or not isinstance(item["set"], dict):
-            problem = (f"unknown key(s) {', '.join(sorted(extra))}" if extra
-                       else "'set' must be a mapping of parameter to value")
-            raise SpaceError(f"{path}: pin {item['name']!r}: {problem}")
-        try:
-            pins.append(Pin(item["name"], str(item["when"]), dict(item["set"]), item["message"],
-                            str(item.get("source", "")), str(path)))
-        except RuleError as exc:
-            raise SpaceError(f"{path}: {exc}") from None
-    return tuple(pins)
+def _pins(path: Path, specs: list[PinSpec] | None) -> tuple[Pin, ...]:
+    try:
+        return tuple(Pin(p.name, p.when, dict(p.set), p.message, p.source or "", str(path))
+                     for p in specs or ())
+    except RuleError as exc:
+        raise SpaceError(f"{path}: {exc}") from None
 
 
 def load_rules_file(path: Path = RULES_FILE) -> tuple[Rule, ...]:
@@ -504,39 +420,28 @@ def load_pins_file(path: Path = RULES_FILE) -> tuple[Pin, ...]:
 
 
 def _load_rules_and_pins(path: Path) -> tuple[tuple[Rule, ...], tuple[Pin, ...]]:
-    data = _read_yaml(path)
-    if not isinstance(data, dict):
-        raise SpaceError(f"{path}: expected a mapping with a 'rules' list")
-    extra = set(data) - {"rules", "pins"}
-    if extra:
-        raise SpaceError(f"{path}: unknown key(s) {', '.join(sorted(extra))}")
-    return _parse_rules(path, data.get("rules")), _parse_pins(path, data.get("pins"))
+    data = validated(RulesFile, _read_yaml(path), path)
+    return _rules(path, data.rules), _pins(path, data.pins)
 
 
 def load_space_file(path: Path, common_rules: tuple[Rule, ...] | None = None,
                     _extending: frozenset[Path] = frozenset()) -> SearchSpace:
     """Read a space file; its rules are added to the common rules (rules.yaml by default),
     after those of the space it extends, if any."""
-    data = _read_yaml(path)
-    if not isinstance(data, dict) or not isinstance(data.get("parameters"), dict):
-        raise SpaceError(f"{path}: expected a mapping with a 'parameters' mapping")
-    extra = set(data) - {"name", "description", "profile", "parameters", "rules", "extends"}
-    if extra:
-        raise SpaceError(f"{path}: unknown key(s) {', '.join(sorted(extra))}")
-    own = {n: _parse_param(path, n, s) for n, s in data["parameters"].items()}
+    data = validated(SpaceFile, _read_yaml(path), path)
+    own = {n: _param(path, n, s) for n, s in data.parameters.items()}
     if common_rules is None:
         common_rules = load_rules_file()
     pins = load_pins_file()
-    if data.get("extends") is None:
+    if data.extends is None:
         params, rules = tuple(own.values()), common_rules
     else:
-        base = _load_base(path, str(data["extends"]), common_rules, _extending)
+        base = _load_base(path, data.extends, common_rules, _extending)
         params = tuple(own.pop(p.name, p) for p in base.params) + tuple(own.values())
         rules = base.rules
-    rules = rules + _parse_rules(path, data.get("rules"))
-    profile = data.get("profile")
-    return SearchSpace(str(data.get("name", path.stem)), str(data.get("description", "")),
-                       params, rules, str(profile) if profile is not None else None, pins=pins)
+    rules = rules + _rules(path, data.rules)
+    return SearchSpace(path.stem if data.name is None else data.name, data.description or "",
+                       params, rules, data.profile, pins=pins)
 
 
 def _load_base(path: Path, name: str, common_rules: tuple[Rule, ...],

@@ -1,6 +1,11 @@
-"""Open-loop replay against an OpenAI-compatible server (real vLLM engines).
+"""Open-loop and closed-loop replay against an OpenAI-compatible server (real vLLM engines).
 
-Every request is sent at its scheduled time whether or not earlier ones finished. Latencies are
+Open loop (the default): every request is sent at its scheduled time whether or not earlier
+ones finished. Closed loop (`ReplayPlan.max_concurrency` N): N clients, each sending the next
+request, in order, as soon as it has read the last token of its previous one, as `vllm bench
+serve --max-concurrency N` does at its default request rate of inf
+(`vllm/benchmarks/serve.py::benchmark`, a semaphore held around each whole streamed request);
+there the send times are what happened and latencies count from them. Open loop: Latencies are
 measured on the monotonic clock from the *intended* send time, so a client that falls behind
 cannot hide queueing (coordinated omission); how far behind it fell is recorded per request as
 the send lag, and a replay whose send-lag P99 exceeds a bound is client-bound, not a
@@ -8,7 +13,8 @@ measurement. Prompts go as token ids to /v1/completions with max_tokens = min_to
 ignore_eos, streamed with usage, so lengths are exact. A server error or a dropped connection is
 recorded, never raised; the whole replay is bounded in time. When one event loop cannot keep
 the schedule (a peak rate above REQUESTS_PER_LOOP_S), the schedule is dealt out round-robin to
-several processes that share one start instant on the system-wide monotonic clock. The cyclic
+several processes that share one start instant on the system-wide monotonic clock (a closed
+loop stays on one: it sends only as fast as the engine finishes requests). The cyclic
 garbage collector is held off while a replay sends (see `_no_gc_pauses`).
 """
 
@@ -46,6 +52,9 @@ class ReplayPlan:
     processes: int | None = None  # None: as many as the peak rate needs (see processes_for)
     # Prompt lengths, for the decode-step timings' context; None: the token-id prompts' lengths.
     prompt_tokens: np.ndarray | None = None
+    # Closed loop: this many clients, each sending its next request when its last finished;
+    # scheduled_s is then unused (the result's holds the actual send times). None: open loop.
+    max_concurrency: int | None = None
 
 
 REQUESTS_PER_LOOP_S = 200.0  # what one asyncio loop sends on time, with margin
@@ -98,9 +107,9 @@ def _is_token(choice: dict[str, object], chat: bool) -> bool:
 
 
 async def _stream_one(session: aiohttp.ClientSession, plan: ReplayPlan, i: int, t0: float,
-                      out: _Outcome, gaps: _Gaps) -> None:
+                      target: float, out: _Outcome, gaps: _Gaps) -> None:
+    """Send request i at `target` (loop time) and stream its tokens into `out` and `gaps`."""
     loop = asyncio.get_running_loop()
-    target = t0 + float(plan.scheduled_s[i])
     delay = target - loop.time()
     if delay > 0:
         await asyncio.sleep(delay)
@@ -157,19 +166,45 @@ async def _stream_one(session: aiohttp.ClientSession, plan: ReplayPlan, i: int, 
         out.error = f"received {out.tokens} of {n} tokens"
 
 
+async def _client(session: aiohttp.ClientSession, plan: ReplayPlan, t0: float,
+                  nxt: Iterator[int], outcomes: list[_Outcome], sent_s: np.ndarray,
+                  gaps: _Gaps) -> None:
+    """One closed-loop client: the next request in order, sent the moment the last finished."""
+    loop = asyncio.get_running_loop()
+    for i in nxt:  # one iterator shared by all clients: requests go out in order
+        now = loop.time()
+        sent_s[i] = now - t0
+        await _stream_one(session, plan, i, t0, now, outcomes[i], gaps)
+
+
 async def _replay(plan: ReplayPlan, t0: float | None = None
-                  ) -> tuple[list[_Outcome], _Gaps, float]:
+                  ) -> tuple[list[_Outcome], _Gaps, float, np.ndarray]:
+    """Outcomes, gaps, wall seconds and each request's send time (seconds after t0)."""
+    n = len(plan.prompts)
     outcomes = [_Outcome() for _ in plan.prompts]
     gaps = _Gaps()
+    sent_s = np.asarray(plan.scheduled_s, dtype=float).copy()
     timeout = aiohttp.ClientTimeout(total=plan.request_timeout_s)
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         loop = asyncio.get_running_loop()  # its clock is time.monotonic(), shared by processes
         if t0 is None:
             t0 = loop.time() + 0.05  # a moment to create the tasks before the first send
-        tasks = [asyncio.create_task(_stream_one(session, plan, i, t0, outcomes[i], gaps))
-                 for i in range(len(plan.prompts))]
-        bound = float(plan.scheduled_s[-1]) + plan.drain_timeout_s if len(tasks) else 0.0
+        if plan.max_concurrency is None:
+            tasks = [asyncio.create_task(_stream_one(session, plan, i, t0,
+                                                     t0 + float(plan.scheduled_s[i]),
+                                                     outcomes[i], gaps))
+                     for i in range(n)]
+            bound = float(plan.scheduled_s[-1]) + plan.drain_timeout_s if n else 0.0
+        else:
+            sent_s = np.full(n, np.nan)
+            await asyncio.sleep(max(0.0, t0 - loop.time()))
+            nxt = iter(range(n))
+            clients = min(plan.max_concurrency, n)
+            tasks = [asyncio.create_task(_client(session, plan, t0, nxt, outcomes, sent_s, gaps))
+                     for _ in range(clients)]
+            # Each client's requests follow one another, each within request_timeout_s.
+            bound = math.ceil(n / clients) * plan.request_timeout_s if n else 0.0
         _, pending = await asyncio.wait(tasks, timeout=bound + 0.05)
         for task in pending:  # still running at the bound: recorded as failed
             task.cancel()
@@ -178,7 +213,8 @@ async def _replay(plan: ReplayPlan, t0: float | None = None
             if o.failed and o.error is None:
                 o.error = "not finished within the replay bound"
         wall = loop.time() - t0
-    return outcomes, gaps, wall
+    sent_s[np.isnan(sent_s)] = wall  # closed loop: never sent before the bound (failed)
+    return outcomes, gaps, wall, sent_s
 
 
 @contextmanager
@@ -198,10 +234,11 @@ def _no_gc_pauses() -> Iterator[None]:
         gc.collect()
 
 
-def _run_loop(plan: ReplayPlan, t0: float | None = None) -> tuple[list[_Outcome], _Gaps]:
+def _run_loop(plan: ReplayPlan, t0: float | None = None
+              ) -> tuple[list[_Outcome], _Gaps, np.ndarray]:
     with _no_gc_pauses():
-        outcomes, gaps, _ = asyncio.run(_replay(plan, t0))
-    return outcomes, gaps
+        outcomes, gaps, _, sent_s = asyncio.run(_replay(plan, t0))
+    return outcomes, gaps, sent_s
 
 
 def _replay_spread(plan: ReplayPlan, processes: int) -> tuple[list[_Outcome], _Gaps]:
@@ -216,7 +253,7 @@ def _replay_spread(plan: ReplayPlan, processes: int) -> tuple[list[_Outcome], _G
             output_tokens=plan.output_tokens[idx], processes=1, prompt_tokens=None), t0)
             for idx in parts]
         for idx, future in zip(parts, futures, strict=True):
-            part_outcomes, part_gaps = future.result()
+            part_outcomes, part_gaps, _ = future.result()
             for i, o in zip(idx, part_outcomes, strict=True):
                 outcomes[i] = o
             gaps.extend(part_gaps)
@@ -224,13 +261,20 @@ def _replay_spread(plan: ReplayPlan, processes: int) -> tuple[list[_Outcome], _G
 
 
 def run_replay(plan: ReplayPlan) -> tuple[ReplayResult, list[str]]:
-    """Replay the plan; returns the measurements and the distinct error messages seen."""
-    processes = plan.processes or processes_for(np.asarray(plan.scheduled_s, dtype=float))
-    if processes > 1:
+    """Replay the plan; returns the measurements and the distinct error messages seen. In a
+    closed loop the result's scheduled_s are the actual send times (seconds after the first)."""
+    sched = np.asarray(plan.scheduled_s, dtype=float)
+    if plan.max_concurrency is not None:
+        if plan.max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be at least 1, got {plan.max_concurrency}")
+        # One loop: its clients send only as fast as the engine finishes requests, far below
+        # REQUESTS_PER_LOOP_S for a CPU engine (and most GPU ones). Splitting N clients between
+        # processes would also split the in-order issue across them.
+        outcomes, gaps, sched = _run_loop(plan)
+    elif (processes := plan.processes or processes_for(sched)) > 1:
         outcomes, gaps = _replay_spread(plan, processes)
     else:
-        outcomes, gaps = _run_loop(plan)
-    sched = np.asarray(plan.scheduled_s, dtype=float)
+        outcomes, gaps, _ = _run_loop(plan)
     ttft = np.array([o.ttft_s for o in outcomes])
     e2e = np.array([o.e2e_s for o in outcomes])
     lag = np.array([o.send_lag_s for o in outcomes])

@@ -18,6 +18,7 @@ from autotune.cli.capture import capture
 from autotune.cli.quarterly import HELP as QUARTERLY_HELP
 from autotune.cli.quarterly import quarterly
 from autotune.cli.sim import GPU_HELP, MODEL_HELP, sim_app, simulate
+from autotune.cli.space import space_app
 from autotune.cli.traffic import traffic_app
 from autotune.errors import AutotuneError, ConfigError
 
@@ -32,6 +33,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(models_app, name="models")
 app.add_typer(traffic_app, name="traffic")
 app.add_typer(sim_app, name="sim")
+app.add_typer(space_app, name="space")
 app.command("simulate")(simulate)
 app.command("capture")(capture)
 app.command("quarterly", help=QUARTERLY_HELP)(quarterly)
@@ -268,6 +270,9 @@ def tune(
     check_searchable(bound, screen_plan[0] if screen_plan else backend)
     for line in space_summary(bound, spec):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
+    if "sim" in (backend, screen_plan[0] if screen_plan else None):
+        console.print(_step_model_line(settings.sim.step_model), markup=False,
+                      highlight=False, soft_wrap=True)
     make_sampler(sampler, bound, seed=seed)  # refuse bad input now
     path_slos = {"hot": slo_hot, "warm": slo_warm, "cold": slo_cold}
     per_path = per_path or paths is not None
@@ -471,6 +476,16 @@ def confirm_plan(top: int, repeats: int, seed: int) -> Any:
         raise ConfigError("--confirm-repeats must be at least 2: one run gives no spread, so no "
                           "confidence bound")
     return ConfirmPlan(top=top, repeats=repeats, base_seed=seed) if top else None
+
+
+def _step_model_line(step_model: str) -> str:
+    """Which GPU step times the simulated trials use: the figures they give depend on it."""
+    if step_model == "measured":
+        return ("Simulator step model: measured kernel tables where the repository has one for "
+                "the GPU, model, layout and precision, else the roofline (each trial's notes "
+                "name which)")
+    return ("Simulator step model: roofline (GPU coefficients uncalibrated; "
+            "AUTOTUNE_SIM__STEP_MODEL=measured uses measured kernel tables)")
 
 
 def _backend_options(backend: str, settings: Any, model_path: str | None,

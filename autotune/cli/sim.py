@@ -32,12 +32,25 @@ def _parse_sets(items: list[str]) -> dict[str, str]:
 
 
 def simulate(
-    trace: Annotated[Path, typer.Option(help="Any trace file an importer reads.")],
+    trace: Annotated[Path | None, typer.Option(
+        help="Any trace file an importer reads: replayed open-loop, or with --max-concurrency "
+             "the lengths (and prefix hashes) of its requests, in order.")] = None,
     model: Annotated[str, typer.Option(help=MODEL_HELP)] = "DeepSeek-V4-Flash",
     gpu: Annotated[str, typer.Option(help=GPU_HELP)] = "H200-141GB",
     tp: Annotated[int, typer.Option(help="Tensor-parallel size (GPUs of the engine).")] = 8,
     max_model_len: Annotated[int, typer.Option(help="Context length served.")] = 16384,
-    rate_scale: Annotated[float, typer.Option(help="Arrival-rate multiplier.")] = 1.0,
+    rate_scale: Annotated[float | None, typer.Option(
+        help="Open loop: arrival-rate multiplier (default 1).")] = None,
+    max_concurrency: Annotated[int | None, typer.Option(
+        help="Closed loop: this many clients, each sending its next request when its last "
+             "finished (as vllm bench serve --max-concurrency).")] = None,
+    num_prompts: Annotated[int | None, typer.Option(
+        help="Closed loop: requests to send (default: 1000 with --input-len/--output-len, as "
+             "vllm bench serve; the whole trace with --trace).")] = None,
+    input_len: Annotated[int | None, typer.Option(
+        help="Closed loop without a trace: every prompt's tokens.")] = None,
+    output_len: Annotated[int | None, typer.Option(
+        help="Closed loop without a trace: every request's output tokens.")] = None,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="An engine argument, name=value (repeatable), e.g. --set max_num_seqs=128; "
                       "unset ones take vLLM's defaults.")] = None,
@@ -53,37 +66,60 @@ def simulate(
              "fp8_block/fp8_block (default: the checkpoint's).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object.")] = False,
 ) -> None:
-    """Replay a trace once on the simulator and print its latency summary (the same fields as a
-    real trial's)."""
+    """Replay a trace once on the simulator (open loop), or run closed-loop clients against it
+    (--max-concurrency), and print the latency summary (the same fields as a real trial's)."""
     from autotune.backends import load_backend
     from autotune.baselines import effective_values
     from autotune.deployment import DeploymentSpec
     from autotune.engine_config import EngineConfig
     from autotune.metrics import summarize
     from autotune.traffic.formats import load_trace
+    from autotune.traffic.load import ClosedLoop, Load, OpenLoop
 
-    if rate_scale <= 0:
-        raise ConfigError("--rate-scale must be positive")
+    load: Load
+    if max_concurrency is None:
+        for flag, given in (("--num-prompts", num_prompts), ("--input-len", input_len),
+                            ("--output-len", output_len)):
+            if given is not None:
+                raise ConfigError(f"{flag} applies to a closed loop: add --max-concurrency N")
+        if trace is None:
+            raise ConfigError("an open-loop replay needs --trace FILE (or give --max-concurrency "
+                              "N with --input-len/--output-len for a closed loop)")
+        load = OpenLoop(1.0 if rate_scale is None else rate_scale)
+    else:
+        if rate_scale is not None:
+            raise ConfigError("--rate-scale applies to an open loop; a closed loop's rate is set "
+                              "by --max-concurrency and the engine's speed")
+        load = ClosedLoop(max_concurrency, num_prompts, input_len, output_len)
     if profile is not None and not profile.is_file():
         raise ConfigError(f"--profile {profile}: no such file")
     dep = DeploymentSpec.build(name="simulate", model=model, gpu=gpu, gpu_count=tp,
                                tensor_parallel_size=tp, max_model_len=max_model_len)
     config = EngineConfig.from_mapping({"max_model_len": max_model_len, "tensor_parallel_size": tp,
                                         **_parse_sets(set_ or [])})
-    loaded = load_trace(trace)
+    if isinstance(load, ClosedLoop) and load.fixed_lengths and trace is not None:
+        raise ConfigError("give --trace or --input-len/--output-len, not both")
+    loaded = load_trace(trace) if trace is not None else None
+    if isinstance(load, ClosedLoop):
+        loaded = load.requests(loaded, config.max_model_len or max_model_len)
+    assert loaded is not None
     backend = load_backend("sim", profile=str(profile) if profile else None,
                            step_model=step_model, step_precision=step_precision)
     backend.start(config, dep, label="simulate")
     try:
         step_label = backend.notes()["step_model"]
-        summary = summarize(backend.replay(loaded, rate_scale, seed))
+        result = (backend.replay(loaded, load.rate_scale, seed) if isinstance(load, OpenLoop)
+                  else backend.replay_closed_loop(loaded, load.max_concurrency, seed))
+        summary = summarize(result)
     finally:
         backend.stop()
     if as_json:
-        output.emit({**summary.model_dump(), "step_model": step_label})
+        output.emit({**summary.model_dump(), "step_model": step_label, "load": load.describe()})
         return
     args = effective_values(config, dep)
-    table = Table(title=f"{loaded.name} x{rate_scale:g} on {tp}x{dep.gpu_info.name}, {model}")
+    how = (f"x{load.rate_scale:g}" if isinstance(load, OpenLoop)
+           else f"at concurrency {load.max_concurrency}")
+    table = Table(title=f"{loaded.name} {how} on {tp}x{dep.gpu_info.name}, {model}")
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in summary.model_dump().items():

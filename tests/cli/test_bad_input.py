@@ -68,6 +68,22 @@ def _assert_one_line_error(proc, fragment: str) -> None:  # type: ignore[no-unty
         tmp, "a.yaml", "parameters:\n  kv_cache_dtype: {type: categorical, choices: [auto, fp8], "
                        "affects_accuracy: [fp16]}\n"))],
      "a.yaml: parameter 'kv_cache_dtype': 'affects_accuracy' names 'fp16', which is not among"),
+    # The file's schema (search_spaces/_file_schema.py): the file, the parameter, what is wrong.
+    (lambda tmp: ["--space", str(_file(
+        tmp, "k.yaml", "parameters:\n  block_size: {type: categorical, choices: [16], colour: red}\n"))],
+     "k.yaml: parameter 'block_size': unknown key(s) colour"),
+    (lambda tmp: ["--space", str(_file(
+        tmp, "t.yaml", "parameters:\n  max_num_seqs: {type: int, low: eight, high: 64}\n"))],
+     "t.yaml: parameter 'max_num_seqs': 'low': must be a number (got 'eight')"),
+    (lambda tmp: ["--space", str(_file(
+        tmp, "h.yaml", "parameters:\n  max_num_seqs: {type: int, low: 64, high: 8}\n"))],
+     "h.yaml: parameter 'max_num_seqs': needs numeric 'low' <= 'high'"),
+    (lambda tmp: ["--space", str(_file(
+        tmp, "s0.yaml", "parameters:\n  max_num_seqs: {type: int, low: 8, high: 64, step: 0}\n"))],
+     "s0.yaml: parameter 'max_num_seqs': 'step' must be positive"),
+    (lambda tmp: ["--space", str(_file(
+        tmp, "c.yaml", "parameters:\n  block_size: {type: categorical, choices: []}\n"))],
+     "c.yaml: parameter 'block_size': needs a non-empty 'choices' list"),
     # A deployment that forbids them, with a space that offers nothing else.
     (lambda tmp: ["--model", "DeepSeek-V3", "--forbid-accuracy-affecting", "--space", str(_file(
         tmp, "o.yaml", "parameters:\n  kv_cache_dtype: {type: categorical, choices: [fp8]}\n"))],

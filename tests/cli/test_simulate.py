@@ -71,6 +71,49 @@ def test_bad_simulate_input_is_one_line(args: list[str], fragment: str) -> None:
     assert len(lines) == 1 and fragment in lines[0], proc.stderr
 
 
+def test_simulate_closed_loop_with_fixed_lengths() -> None:
+    proc = run_cli("simulate", "--max-concurrency", "16", "--num-prompts", "200", "--input-len",
+                   "1000", "--output-len", "100", "--model", "Llama-3.1-8B", "--gpu", "H100",
+                   "--tp", "1", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["load"] == {"mode": "closed_loop", "max_concurrency": 16, "num_prompts": 200,
+                           "lengths": "fixed 1000 in / 100 out"}
+    summary = LatencySummary.model_validate(out)
+    assert summary.completed == 200
+    assert summary.output_tok_s * summary.duration_s == pytest.approx(200 * 100)
+
+
+def test_simulate_closed_loop_takes_a_traces_lengths_and_open_loop_says_so() -> None:
+    closed = run_cli("simulate", "--trace", str(DEMO_TRACE), "--max-concurrency", "8",
+                     "--num-prompts", "50", "--json")
+    assert closed.returncode == 0, closed.stderr
+    out = json.loads(closed.stdout)
+    assert out["requests"] == 50 and out["load"]["lengths"] == "from the trace"
+    opened = run_cli("simulate", "--trace", str(DEMO_TRACE), "--json")
+    assert json.loads(opened.stdout)["load"] == {"mode": "open_loop", "rate_scale": 1.0}
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--max-concurrency", "0", "--input-len", "10", "--output-len", "10"], "at least 1 client"),
+    (["--max-concurrency", "4"], "needs lengths"),
+    (["--max-concurrency", "4", "--input-len", "16000", "--output-len", "500"],
+     "exceed max_model_len 16384"),
+    (["--max-concurrency", "4", "--input-len", "100"], "go together"),
+    (["--max-concurrency", "4", "--trace", str(DEMO_TRACE), "--input-len", "1",
+      "--output-len", "1"], "not both"),
+    (["--max-concurrency", "4", "--trace", str(DEMO_TRACE), "--rate-scale", "2"],
+     "--rate-scale applies to an open loop"),
+    (["--input-len", "100", "--output-len", "10"], "add --max-concurrency"),
+    ([], "needs --trace"),
+])
+def test_bad_closed_loop_input_is_one_line(args: list[str], fragment: str) -> None:
+    proc = run_cli("simulate", *args)
+    assert proc.returncode == 2, proc.stderr
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and fragment in lines[0], proc.stderr
+
+
 def test_calibrate_fits_and_saves_a_profile_from_a_campaign(tmp_path: Path,
                                                             migrated_sqlite: str) -> None:
     env = {"AUTOTUNE_DATABASE_URL": migrated_sqlite,

@@ -1,4 +1,4 @@
-"""The open-loop replayer against a small local OpenAI-style streaming server.
+"""The open- and closed-loop replayer against a small local OpenAI-style streaming server.
 
 The server here is a test fixture with known, controllable timing (a token every `gap` seconds,
 errors on demand), so the replayer's own arithmetic can be checked exactly; the replayer against
@@ -12,6 +12,7 @@ import gc
 import json
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -25,7 +26,22 @@ pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not th
 GAP_S = 0.02
 
 
+class _Streams:
+    """Completion requests the server is answering now, and the most at once."""
+
+    now = peak = 0
+
+
 async def _completions(request: web.Request) -> web.StreamResponse:
+    _Streams.now += 1
+    _Streams.peak = max(_Streams.peak, _Streams.now)
+    try:
+        return await _answer(request)
+    finally:
+        _Streams.now -= 1
+
+
+async def _answer(request: web.Request) -> web.StreamResponse:
     body = await request.json()
     prompt = body["prompt"]
     if prompt and prompt[0] == 500:
@@ -199,3 +215,37 @@ def test_no_collection_pauses_while_a_replay_sends() -> None:
         gc.callbacks.remove(record)
         if not was_enabled:
             gc.disable()
+
+
+def _closed(url: str, first_ids: list[int], n: int, tokens: int = 5) -> ReplayPlan:
+    return replace(plan(url, first_ids, [0.0] * len(first_ids), tokens), max_concurrency=n)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_closed_loop_keeps_n_clients_busy_in_order(server_url: str, n: int) -> None:
+    _Streams.peak = 0
+    result, errors = run_replay(_closed(server_url, [1] * 12, n))
+    assert errors == [] and not result.failed.any()
+    assert _Streams.peak == n  # the server never saw more than n streams at once
+    send, done = result.scheduled_s, result.scheduled_s + result.e2e_s
+    assert (np.diff(send) >= 0).all()  # in order
+    # The first n go out together; every later one only after an earlier one finished, which
+    # the test measures as: at each send, at most n - 1 others are unfinished.
+    assert send[n - 1] - send[0] < send[n] - send[0]
+    for i in range(n, len(send)):
+        assert int(((send[:i] <= send[i]) & (done[:i] > send[i])).sum()) <= n - 1
+    # TTFT counts from the actual send: each request's own stream, not the time it waited for
+    # a client (a request that waited for a client would otherwise show it as TTFT).
+    assert result.ttft_s[-1] < send[-1] - send[0]
+
+
+def test_closed_loop_a_failed_request_frees_its_client(server_url: str) -> None:
+    result, errors = run_replay(_closed(server_url, [1, 500, 1, 1], 1))
+    assert result.failed.tolist() == [False, True, False, False]
+    assert errors == ["HTTP 500: boom"]
+    assert np.isfinite(result.scheduled_s).all()
+
+
+def test_closed_loop_needs_a_client() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        run_replay(_closed("http://127.0.0.1:9", [1], 0))

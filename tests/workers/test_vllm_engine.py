@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from autotune.deployment import DeploymentSpec
@@ -132,3 +133,29 @@ import time; time.sleep(600)
     finally:
         tuner.kill()
     # The autouse fixture asserts that no vLLM process is left.
+
+
+def test_closed_loop_keeps_at_most_n_in_flight_and_completes_every_request(
+        model_dir: Path, tmp_path: Path) -> None:
+    from autotune.traffic.load import ClosedLoop
+
+    requests = ClosedLoop(2, num_prompts=16, input_len=64, output_len=24).requests(None, 2048)
+    b = backend(model_dir, tmp_path)
+    results = {}
+    try:
+        b.start(BASE.merged(max_num_seqs=16), CPU, label="closed")
+        b.warmup(requests, 0)
+        for n in (2, 4):
+            results[n] = b.replay_closed_loop(requests, n, 0)
+    finally:
+        b.stop()
+    for n, result in results.items():
+        assert not result.failed.any() and (result.output_tokens == 24).all()
+        send, done = result.scheduled_s, result.scheduled_s + result.e2e_s
+        assert (np.diff(send) >= 0).all()  # sent in order
+        # At every send, the requests sent before it and not yet finished number at most n - 1.
+        for i in range(len(send)):
+            assert int(((send[:i] <= send[i]) & (done[:i] > send[i])).sum()) <= n - 1
+        # The clients were kept busy: the first n went out together, before any finished.
+        assert send[n - 1] < done.min()
+        assert 0 < summarize(result).ttft_p50_ms < summarize(result).e2e_p50_ms

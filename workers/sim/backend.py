@@ -13,7 +13,7 @@ from autotune.records import CalibrationResult, Measurement, ReplayResult
 from autotune.settings import get_settings
 from autotune.traffic.trace import Trace
 from workers.sim.calibrate import calibrate
-from workers.sim.engine import replay, start_perf
+from workers.sim.engine import replay, replay_trace_closed_loop, start_perf
 from workers.sim.perf import EngineShape, PerfModel
 from workers.sim.perf_measured import MeasuredPerfModel
 from workers.sim.profile import Profile, find_profile, load_profile, save_profile
@@ -103,6 +103,14 @@ class SimulatorBackend(EngineBackend):
         assert isinstance(trace, Trace) and self._perf is not None, "start() first"
         deadline = time.monotonic() + self.replay_delay_s
         result = replay(self._perf, trace, rate_scale, seed, self.skip_decode_runs)
+        time.sleep(max(0.0, deadline - time.monotonic()))  # replay_delay_s: see the class doc
+        return result
+
+    def replay_closed_loop(self, trace: object, max_concurrency: int, seed: int) -> ReplayResult:
+        assert isinstance(trace, Trace) and self._perf is not None, "start() first"
+        deadline = time.monotonic() + self.replay_delay_s
+        result = replay_trace_closed_loop(self._perf, trace, max_concurrency, seed,
+                                          self.skip_decode_runs)
         time.sleep(max(0.0, deadline - time.monotonic()))  # replay_delay_s: see the class doc
         return result
 

@@ -1,5 +1,5 @@
-"""Starting a simulated engine and replaying a trace against it: what the `sim` backend and the
-calibration share."""
+"""Starting a simulated engine and replaying a trace (open loop) or closed-loop clients against
+it: what the `sim` backend and the calibration share."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from autotune.deployment import DeploymentSpec
 from autotune.errors import EngineStartError
 from autotune.records import ReplayResult
 from autotune.traffic.trace import Trace
+from workers.sim.closed_loop import simulate_closed_loop
 from workers.sim.perf import EngineShape, PerfModel, StartFailure
 from workers.sim.perf_measured import MeasuredPerfModel
 from workers.sim.profile import Profile
@@ -51,3 +52,23 @@ def replay(perf: PerfModel, trace: Trace, rate_scale: float, seed: int,
     # independent engines behind one front end.
     return simulate_data_parallel(perf, ranks, perf.moe_token_factor > 1, *args,
                                   skip_decode_runs=skip_decode_runs)
+
+
+def replay_closed_loop(perf: PerfModel, prompt_tokens: np.ndarray, output_tokens: np.ndarray,
+                       concurrency: int, seed: int, skip_decode_runs: bool = True) -> ReplayResult:
+    """Requests of the given lengths, issued in array order by `concurrency` clients that each
+    send their next request when their last one finished (`vllm bench serve --max-concurrency`;
+    see workers.sim.closed_loop). No prefix hashes. scheduled_s: each request's send time."""
+    no_hashes: tuple[tuple[int, ...], ...] = tuple(() for _ in range(len(prompt_tokens)))
+    return simulate_closed_loop(perf, np.asarray(prompt_tokens), np.asarray(output_tokens),
+                                no_hashes, 1, concurrency, np.random.default_rng(seed),
+                                skip_decode_runs=skip_decode_runs)
+
+
+def replay_trace_closed_loop(perf: PerfModel, trace: Trace, concurrency: int, seed: int,
+                             skip_decode_runs: bool = True) -> ReplayResult:
+    """As replay_closed_loop, with the trace's requests in its order: their lengths and prefix
+    hashes (shared prefixes hit the cache as in an open-loop replay); arrival times unused."""
+    return simulate_closed_loop(perf, trace.prompt_tokens, trace.output_tokens, trace.hash_ids,
+                                trace.hash_block_tokens, concurrency,
+                                np.random.default_rng(seed), skip_decode_runs=skip_decode_runs)

@@ -430,10 +430,14 @@ class _Rank:
             self.running = [r for r in running if r.running]
         self.k, self.kv = k, kv
 
-    def decode_runs(self, next_arrival: float, more_arrivals: bool) -> None:
+    def decode_runs(self, next_arrival: float, more_arrivals: bool,
+                    stop_at_finish: bool = False) -> None:
         """Advance runs of decode-only steps in closed form while nothing can change them (see
-        run_steps; a step that starts at or after next_arrival could admit it). Moves clock."""
+        run_steps; a step that starts at or after next_arrival could admit it). Moves clock.
+        stop_at_finish: return after the run that finishes a request (closed loop: its client
+        sends the next one, an arrival the caller must learn of before the next run)."""
         noise = self.noise
+        finished = self.finished
         while k := self.run_steps():
             m = len(self.running)
             pieces = self.perf.decode_segments(m, float(self.kv), k)
@@ -460,6 +464,8 @@ class _Rank:
             self.advance(done_steps, self.clock + elapsed)
             if done_steps < k or next_arrival <= self.clock:
                 break  # stopped by an arrival or by memory: a plain step comes next
+            if stop_at_finish and self.finished != finished:
+                break
 
 
 def _requests(arrival_s: np.ndarray, prompt_tokens: np.ndarray, output_tokens: np.ndarray,
@@ -526,20 +532,9 @@ def simulate_data_parallel(perf: PerfModel, ranks: int, lockstep: bool, arrival_
                                      perf.shape.enable_prefix_caching, perf.shape.max_model_len)
     noise = 1.0 + perf.profile.coefficients.noise_cv * rng.standard_normal()
     group = [_Rank(perf, hash_block_tokens, noise) for _ in range(ranks)]
-    total, nxt, start = len(order), 0, 0
+    total, nxt = len(order), 0
     lock_runs: list[tuple[np.ndarray, int]] = []  # lockstep decode runs: step times, sequences
-
-    def route(r: _Req) -> _Rank:
-        nonlocal start
-        best, best_score = group[start], INF
-        for j in range(ranks):
-            rank = group[(start + j) % ranks]
-            score = rank.load_score()
-            if score < best_score:
-                best, best_score = rank, score
-        start = (start + 1) % ranks
-        best.waiting.append(r)
-        return best
+    route = _Router(group)
 
     def finished() -> int:
         return sum(rank.finished for rank in group)
@@ -590,12 +585,35 @@ def simulate_data_parallel(perf: PerfModel, ranks: int, lockstep: bool, arrival_
     return _result(perf, reqs, group, refused, lock_runs)
 
 
+class _Router:
+    """The DP front end: each request to the least-loaded rank (`_Rank.load_score`), ties
+    rotating from where the last search started."""
+
+    def __init__(self, group: list[_Rank]) -> None:
+        self.group, self.start = group, 0
+
+    def __call__(self, r: _Req) -> _Rank:
+        group, start = self.group, self.start
+        ranks = len(group)
+        best, best_score = group[start], INF
+        for j in range(ranks):
+            rank = group[(start + j) % ranks]
+            score = rank.load_score()
+            if score < best_score:
+                best, best_score = rank, score
+        self.start = (start + 1) % ranks
+        best.waiting.append(r)
+        return best
+
+
 def _lockstep_decode_runs(perf: PerfModel, group: list[_Rank], clock: float, noise: float,
                           lock_runs: list[tuple[np.ndarray, int]], next_arrival: float,
-                          more_arrivals: bool) -> float:
+                          more_arrivals: bool, stop_at_finish: bool = False) -> float:
     """Ranks in lockstep: advance runs of steps in which every busy rank only decodes (see
     `_Rank.run_steps`) in one go, up to the first completion on any rank and before the next
-    arrival (it may go to any rank). Returns the new clock."""
+    arrival (it may go to any rank). stop_at_finish: as `_Rank.decode_runs`. Returns the new
+    clock."""
+    finished = sum(rank.finished for rank in group) if stop_at_finish else 0
     while True:
         busy = [rank for rank in group if rank.busy]
         if not busy:
@@ -616,6 +634,8 @@ def _lockstep_decode_runs(perf: PerfModel, group: list[_Rank], clock: float, noi
         for rank in busy:
             rank.advance(c, clock)
         if c < k or next_arrival <= clock:
+            return clock
+        if stop_at_finish and sum(rank.finished for rank in group) != finished:
             return clock
 
 

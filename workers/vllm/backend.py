@@ -1,4 +1,5 @@
-"""The `vllm` engine backend: a real vLLM OpenAI server per trial, replayed open-loop.
+"""The `vllm` engine backend: a real vLLM OpenAI server per trial, replayed open-loop (or from
+closed-loop clients, `replay_closed_loop`).
 
 The server command is a setting, so vLLM need not share the tuner's environment (another venv's
 python, `vllm serve`, a container). On a CPU the vLLM CPU build runs the same command.
@@ -120,7 +121,8 @@ class VllmBackend(EngineBackend):
         assert self._engine is not None, "start() first"
         return self._engine.base_url
 
-    def _plan(self, trace: Trace, rate_scale: float, seed: int, rows: slice | None = None) -> ReplayPlan:
+    def _plan(self, trace: Trace, rate_scale: float, seed: int, rows: slice | None = None,
+              max_concurrency: int | None = None) -> ReplayPlan:
         assert self._engine is not None and self._config is not None, "start() first"
         index = range(len(trace))[rows] if rows is not None else range(len(trace))
         max_len = self._config.max_model_len or 1 << 30
@@ -138,7 +140,7 @@ class VllmBackend(EngineBackend):
         arrivals = (arrivals - arrivals[0]) / rate_scale if len(arrivals) else arrivals
         return ReplayPlan(base_url=self._engine.base_url, model=self.served_model_name,
                           scheduled_s=arrivals, prompts=prompts,
-                          output_tokens=np.asarray(outputs),
+                          output_tokens=np.asarray(outputs), max_concurrency=max_concurrency,
                           prompt_tokens=np.asarray([len(p) if isinstance(p, list)
                                                     else int(trace.prompt_tokens[i])
                                                     for p, i in zip(prompts, index, strict=True)]))
@@ -154,16 +156,26 @@ class VllmBackend(EngineBackend):
 
     def replay(self, trace: object, rate_scale: float, seed: int) -> ReplayResult:
         assert isinstance(trace, Trace) and self._engine is not None
-        plan = self._plan(trace, rate_scale, self._prompt_seed(seed))
+        return self._measure(self._plan(trace, rate_scale, self._prompt_seed(seed)),
+                             f"at x{rate_scale:.3g}")
+
+    def replay_closed_loop(self, trace: object, max_concurrency: int, seed: int) -> ReplayResult:
+        assert isinstance(trace, Trace) and self._engine is not None
+        plan = self._plan(trace, 1.0, self._prompt_seed(seed), max_concurrency=max_concurrency)
+        return self._measure(plan, f"at concurrency {max_concurrency}")
+
+    def _measure(self, plan: ReplayPlan, load: str) -> ReplayResult:
+        """Run the plan with the engine's counters read around it."""
+        assert self._engine is not None
         before = scrape(self._engine.base_url)
         with on_cores(self._client_cores), KvUsageSampler(self._engine.base_url) as kv:
             result, errors = run_replay(plan)
         after = scrape(self._engine.base_url)
         if errors:
-            log.info("replay x%.3g: %d failed requests, e.g. %s", rate_scale,
+            log.info("replay %s: %d failed requests, e.g. %s", load,
                      int(result.failed.sum()), errors[0])
         if not self._engine.alive():
-            raise ReplayError(f"the engine died during the replay at x{rate_scale:.3g} "
+            raise ReplayError(f"the engine died during the replay {load} "
                               f"(log: {self._engine.log_path})")
         if self._monitor is not None and self._monitor.level == "abort":
             m = self._monitor
