@@ -60,14 +60,14 @@ from rich.table import Table
 from autotune.baselines import vllm_defaults
 from autotune.deployment import DeploymentSpec
 from autotune.errors import ConfigError, EngineStartError
-from workers.sim.engine import start_perf
+from workers.sim.engine import replay_closed_loop, start_perf
 from workers.sim.profile import find_profile
 from workers.sim.shape import engine_shape
 from workers.sim.step_table import ROOFLINE, select_step_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_fidelity_aic as aic
-from gpu_fidelity_rows import NO_CLOSED_LOOP, MatchedRow, load_rows, match_rows
+from gpu_fidelity_rows import MatchedRow, load_rows, match_rows
 
 WARMUP_ROUNDS, MEASURED_ROUNDS = 2, 4
 # max_model_len as aiconfigurator's benchmark harness sets it for agg vLLM workers
@@ -109,10 +109,6 @@ def _latencies_ms(result: object, skip: int, stat: str) -> Estimate:
 def simulate(m: MatchedRow, table_wanted: bool, rounds: tuple[int, int], stat: str,
              seed: int) -> tuple[Estimate, str]:
     """The row simulated in closed loop; the step model that ran ("measured" or "roofline")."""
-    try:
-        from workers.sim.engine import replay_closed_loop  # type: ignore[attr-defined]
-    except ImportError:
-        return NO_CLOSED_LOOP, ROOFLINE
     r = m.row
     try:
         dep = DeploymentSpec.build(name="gpu-fidelity", model=m.catalogue_model, gpu=m.gpu.name,

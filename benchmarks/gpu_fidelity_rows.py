@@ -43,7 +43,6 @@ SAME_FORMAT = {("fp8_block", "fp8"), ("mxfp4", "nvfp4")}
 UNKNOWN_MODEL = "unknown model"
 UNKNOWN_SYSTEM = "unknown system"
 NOT_MODELLED = "not modelled"
-NO_CLOSED_LOOP = "no closed-loop simulator"
 
 
 @dataclass(frozen=True)
