@@ -54,10 +54,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
 from autotune.baselines import vllm_defaults
+from autotune.catalogue import Model
 from autotune.deployment import DeploymentSpec
 from autotune.errors import ConfigError, EngineStartError
 from workers.sim.engine import replay_closed_loop, start_perf
@@ -106,25 +108,40 @@ def _latencies_ms(result: object, skip: int, stat: str) -> Estimate:
     return float(reduce(ttft_s) * 1e3), float(reduce(tpot) * 1e3) if len(tpot) else float("nan")
 
 
+class ServedDeployment(DeploymentSpec):
+    """The row's deployment with its model served at the row's precision rather than as the
+    checkpoint ships (FP8 or NVFP4 serving of a BF16 checkpoint, NVIDIA's NVFP4 MiniMax-M2.5):
+    whatever reads `model_info` (vLLM's defaults, the rules vLLM enforces, the simulator's
+    memory and step times) sees the weights that ran, e.g. no block-FP8 shard rule on NVFP4
+    experts."""
+
+    served: Model
+
+    @property
+    def model_info(self) -> Model:
+        return self.served
+
+
 def simulate(m: MatchedRow, table_wanted: bool, rounds: tuple[int, int], stat: str,
              seed: int) -> tuple[Estimate, str]:
     """The row simulated in closed loop; the step model that ran ("measured" or "roofline")."""
     r = m.row
     try:
-        dep = DeploymentSpec.build(name="gpu-fidelity", model=m.catalogue_model, gpu=m.gpu.name,
-                                   gpu_count=r.tp * r.dp, tensor_parallel_size=r.tp,
-                                   max_model_len=r.isl + r.osl + HARNESS_CONTEXT_MARGIN)
+        dep = ServedDeployment(name="gpu-fidelity", model=m.catalogue_model, gpu=m.gpu.name,
+                               gpu_count=r.tp * r.dp, tensor_parallel_size=r.tp,
+                               max_model_len=r.isl + r.osl + HARNESS_CONTEXT_MARGIN,
+                               served=m.model)
         config = vllm_defaults(dep)
         if m.ep and not config.enable_expert_parallel:  # TPn+EP: one rank, experts whole
             config = config.merged(enable_expert_parallel=True)
         shape = engine_shape(config, dep)
-    except (ConfigError, EngineStartError) as exc:
+    except (ConfigError, EngineStartError, ValidationError) as exc:
         return f"sim: {str(exc).splitlines()[0]}", ROOFLINE
     chosen = select_step_model(m.gpu.name, m.catalogue_model, m.layout, m.precision)
     table = chosen.table if table_wanted else None
     profile = find_profile(m.gpu.name, m.catalogue_model, "gpu", None)  # bundled, uncalibrated
     try:
-        perf = start_perf(shape, dep, profile, table=table, model=m.model)
+        perf = start_perf(shape, dep, profile, table=table)
     except EngineStartError as exc:
         return f"sim: {str(exc).splitlines()[0]}", chosen.name
     warmup, measured = rounds

@@ -120,3 +120,22 @@ def test_aiconfigurator_is_asked_as_its_silicon_validation_asks(excerpt: dict[st
     gpt_oss = excerpt["2026_03_25_gpt_oss_120b_h100_sxm_vllm_fp4_agg_1024x1024_c64_tp4_0_ep1_0_185"]
     reason = aic.estimate(gpt_oss)
     assert isinstance(reason, str) and "\n" not in reason and "PerfDataNotAvailableError" in reason
+
+
+def test_a_row_runs_at_its_served_precision_through_vllms_rules() -> None:
+    """NVFP4 MiniMax-M2.5 at TP8: the checkpoint's block-FP8 experts could not be split 8 ways
+    (1536 / 8 is not a whole number of 128-wide blocks), its NVFP4 ones run; the measured table
+    for that layout and precision prices it, and the closed loop yields both latencies."""
+    from benchmarks import gpu_fidelity
+
+    row = next(r for r in load_rows() if r.id == "minimaxm2_5_b200_vllm_fp4_agg_1024x1024_c4_cfg705")
+    m = match_row(row)
+    assert isinstance(m, MatchedRow) and m.precision == "nvfp4/nvfp4"
+    estimate, step_model = gpu_fidelity.simulate(m, True, (1, 1), "mean", 0)
+    assert step_model == "measured" and isinstance(estimate, tuple), estimate
+    ttft_ms, tpot_ms = estimate
+    assert 0 < tpot_ms < ttft_ms
+    fp8 = match_row(_copy(row, gemm_quant_mode="fp8", moe_quant_mode="fp8"))
+    assert isinstance(fp8, MatchedRow)
+    refused, _ = gpu_fidelity.simulate(fp8, True, (1, 1), "mean", 0)
+    assert isinstance(refused, str) and "fp8_block_expert_shards" in refused

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from autotune.catalogue import Model
 from autotune.deployment import DeploymentSpec
 from autotune.errors import EngineStartError
 from autotune.records import ReplayResult
@@ -19,18 +18,14 @@ from workers.sim.step_table import StepTable
 
 
 def start_perf(shape: EngineShape, deployment: DeploymentSpec, profile: Profile,
-               cpu_kvcache_space_gib: float = 1.0, table: StepTable | None = None,
-               model: Model | None = None) -> PerfModel:
+               cpu_kvcache_space_gib: float = 1.0, table: StepTable | None = None) -> PerfModel:
     """The engine's memory and step-time model (GPU step times from `table` where given, else
-    the roofline); EngineStartError where vLLM would not start. `model`: the deployment's
-    catalogue model served at another precision (benchmarks/gpu_fidelity.py runs measured
-    FP8 and NVFP4 serving of BF16 checkpoints); default the catalogue's."""
-    model = model or deployment.model_info
+    the roofline); EngineStartError where vLLM would not start."""
     try:
         if table is not None:
-            return MeasuredPerfModel(deployment.gpu_info, model, shape, profile, table,
-                                     cpu_kvcache_space_gib=cpu_kvcache_space_gib)
-        return PerfModel(deployment.gpu_info, model, shape, profile,
+            return MeasuredPerfModel(deployment.gpu_info, deployment.model_info, shape, profile,
+                                     table, cpu_kvcache_space_gib=cpu_kvcache_space_gib)
+        return PerfModel(deployment.gpu_info, deployment.model_info, shape, profile,
                          cpu_kvcache_space_gib=cpu_kvcache_space_gib)
     except StartFailure as exc:
         raise EngineStartError(f"simulated engine failed to start: {exc}",
