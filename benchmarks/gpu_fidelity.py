@@ -32,7 +32,7 @@ aiconfigurator's estimate (benchmarks/gpu_fidelity_aic.py) needs the optional ex
 
 Usage: PYTHONPATH=. .venv/bin/python benchmarks/gpu_fidelity.py [--jobs N] [--limit N]
            [--models SUBSTR,...] [--no-aic] [--rounds W,M] [--stat mean|median]
-Prints the skipped rows by reason, tables per model and per model and system (APE median and
+Prints the skipped rows by reason, tables per model and per model, system and precision (APE median and
 P90 of TTFT and TPOT, the signed median error, rows), then one JSON line:
 {"rows": N, "models": M, "sim": {...}, "aic_static": {...}, "by_model": {...}, ...}; "rows" are
 the rows simulated, "aic_rows" those of them aiconfigurator estimated too.
@@ -243,8 +243,10 @@ def main() -> None:
         if warmup < 0 or measured < 1 or args.jobs < 1:
             raise ValueError
     except ValueError:
-        raise SystemExit("gpu_fidelity: --rounds takes WARMUP,MEASURED (e.g. 2,4; measured "
-                         ">= 1) and --jobs a positive count") from None
+        print(f"gpu_fidelity: --rounds {args.rounds!r} --jobs {args.jobs}: --rounds takes "
+              "WARMUP,MEASURED (e.g. 2,4; measured >= 1) and --jobs a positive count",
+              file=sys.stderr)
+        sys.exit(2)
 
     started = time.perf_counter()
     rows = load_rows()
