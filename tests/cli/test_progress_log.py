@@ -50,3 +50,22 @@ def test_a_raised_log_level_silences_the_progress_lines(migrated_sqlite: str) ->
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "autotune.progress" not in proc.stderr
     assert "Top trials of demo:demo" in proc.stdout  # the result still prints
+
+
+@pytest.mark.integration
+def test_piped_tune_on_ray_logs_each_workers_steps(migrated_sqlite: str) -> None:
+    # Trials two at once on Ray workers: their ladder steps reach the driver's log lines, each
+    # before its trial's result.
+    env = {"AUTOTUNE_DATABASE_URL": migrated_sqlite, "AUTOTUNE_SIM__REPLAY_DELAY_S": "0.05"}
+    proc = run_cli("tune", "--trials", "3", "--confirm-top", "0", "--executor", "ray",
+                   "--parallel", "2", env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    events = [m.group(1) for line in proc.stderr.splitlines() if (m := LINE.match(line))]
+    for n in (0, 1):  # the baselines, side by side (a proposal may repeat one: no steps)
+        steps = [i for i, e in enumerate(events) if re.match(
+            rf"demo:demo trial {n}: (ladder|bisect) step \d+/\d+, x[\d.]+ \([\d.]+ req/s "
+            r"offered\)$", e)]
+        [done] = [i for i, e in enumerate(events)
+                  if re.match(rf"demo:demo trial {n} \([^)]+, sim\): (measured|slo miss)", e)]
+        assert steps and events[steps[0]].startswith(f"demo:demo trial {n}: ladder step 1/")
+        assert max(steps) < done, "\n".join(events)
