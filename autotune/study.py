@@ -348,8 +348,9 @@ class StudyController:
                         break
                 self.stop_reason = self._budget_spent() or (
                     budgets.MAX_TRIALS if submitted >= r.max_trials else "asks")
-                log.info("%s: search stopped (%s) after %d trials, %.3g GPU-hours", r.study_name,
-                         self.stop_reason, submitted, self.gpu_hours)
+                # DEBUG: the progress line of the event says it at INFO (once, not twice).
+                log.debug("%s: search stopped (%s) after %d trials, %.3g GPU-hours", r.study_name,
+                          self.stop_reason, submitted, self.gpu_hours)
                 progress.emit(progress.SearchStopped(r.study_name, self.stop_reason, submitted,
                                                      self.gpu_hours))
                 if r.screen is not None:  # kept for a job that resumes the real phase
@@ -541,8 +542,9 @@ class StudyController:
                          slo=self.request.slo, backend=fidelity,
                          seed=self.request.seed, search=self.request.search,
                          backend_options=self.request.options_of(fidelity))
-        log.info("%s trial %d (%s, %s): starting %s", spec.study_name, trial.number, role,
-                 fidelity, " ".join(config.to_cli_args()))
+        # What the progress line of its start leaves out (that line says it started).
+        log.info("%s trial %d (%s, %s): engine arguments %s", spec.study_name, trial.number,
+                 role, fidelity, " ".join(config.to_cli_args()))
         self.executor.submit(spec)
         progress.emit(progress.TrialStarted(spec.study_name, trial.number, role, fidelity,
                                             self.gpu_hours))
@@ -575,8 +577,9 @@ class StudyController:
         save_note(trial, f"**Rejected, not measured**: no engine was started, because the "
                          f"config breaks {', '.join(v.rule for v in broken)}. Its value 0 is "
                          "no measurement.")
-        log.info("%s trial %d (%s): rejected without an engine: %s", self.request.study_name,
-                 trial.number, role, message)
+        # DEBUG: the progress line of its record says it at INFO (once, not twice).
+        log.debug("%s trial %d (%s): rejected without an engine: %s",
+                  self.request.study_name, trial.number, role, message)
         record = TrialRecord(
             number=trial.number, role=role, state=RecordState.REJECTED, feasible=False,
             capacity_output_tok_s=0.0, config=config.explicit(), failure_class=FailureClass.RULE_VIOLATION,
@@ -611,10 +614,11 @@ class StudyController:
         state = (RecordState.MEASURED if outcome.at_recorded_rate is not None
                  else RecordState.FAILED)
         trial.set_user_attr(keys.OUTCOME, state)
-        log.info("%s trial %d (%s, %s): %s, capacity %.0f output tok/s%s",
-                 self.request.study_name, trial.number, job.role, job.fidelity, state,
-                 outcome.capacity_output_tok_s,
-                 f" ({outcome.failure_class})" if outcome.failure_class else "")
+        # DEBUG: the progress line of its record says it at INFO (once, not twice).
+        log.debug("%s trial %d (%s, %s): %s, capacity %.0f output tok/s%s",
+                  self.request.study_name, trial.number, job.role, job.fidelity, state,
+                  outcome.capacity_output_tok_s,
+                  f" ({outcome.failure_class})" if outcome.failure_class else "")
         latency = outcome.at_capacity or outcome.at_recorded_rate
         record = TrialRecord(
             number=trial.number, role=job.role, state=state, feasible=feasible,

@@ -52,6 +52,26 @@ def test_a_raised_log_level_silences_the_progress_lines(migrated_sqlite: str) ->
     assert "Top trials of demo:demo" in proc.stdout  # the result still prints
 
 
+def test_at_info_each_event_is_still_one_line(migrated_sqlite: str) -> None:
+    # INFO adds the modules' own lines; none may say again what a progress line says.
+    env = {"AUTOTUNE_DATABASE_URL": migrated_sqlite, "AUTOTUNE_LOG_LEVEL": "INFO"}
+    proc = run_cli("tune", "--trials", "3", "--confirm-top", "0", env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stderr.splitlines()
+
+    def count(pattern: str) -> int:
+        return sum(bool(re.search(pattern, line)) for line in lines)
+
+    for n in range(3):
+        assert count(rf"demo:demo trial {n} \([^)]+\): start") == 1, proc.stderr
+        assert count(rf"demo:demo trial {n} \([^)]+\): (measured|slo miss|failed|rejected)") \
+            == 1, proc.stderr
+        # What INFO adds: the arguments the trial's engine started with.
+        assert count(rf"INFO autotune\.study: demo:demo trial {n} \([^)]+\): engine "
+                     r"arguments --") == 1, proc.stderr
+    assert count(r"search stopped \(max_trials\) after 3 trials") == 1, proc.stderr
+
+
 @pytest.mark.integration
 def test_piped_tune_on_ray_logs_each_workers_steps(migrated_sqlite: str) -> None:
     # Trials two at once on Ray workers: their ladder steps reach the driver's log lines, each
