@@ -248,11 +248,10 @@ class StudyController:
         study = optuna.create_study(study_name=self.request.study_name, storage=self.storage,
                                     direction="maximize", sampler=self.plan.sampler,
                                     load_if_exists=True)
-        earlier = study.user_attrs.get(keys.SAMPLER)
-        if earlier is not None and earlier != self.plan.name:  # resuming with another sampler
-            raise ConfigError(f"campaign {self.request.campaign!r} was started with --sampler "
-                              f"{earlier}; resume it with the same sampler or choose another "
-                              "--campaign name")
+        change = resume.sampler_change(study.user_attrs.get(keys.SAMPLER), self.plan.name,
+                                       self.request.campaign, completed=False)
+        if change:  # resuming with another sampler: it proposes from here on
+            log.warning("%s: %s", self.request.study_name, change)
         with warnings.catch_warnings():  # "experimental" since Optuna 3.2, unchanged since
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names([OBJECTIVE_NAME])  # the dashboard's axis and column title
