@@ -148,7 +148,7 @@ class Observer:
 
     def on_event(self, event: progress.Event) -> None:
         """What happens while trials run (autotune.progress): called in the controller's thread,
-        a replay step of a trial run inline included."""
+        the replay steps of trials included (inline, or carried back from Ray workers)."""
 
 
 @dataclass
