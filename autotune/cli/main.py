@@ -208,7 +208,8 @@ def tune(
     was spent and what stopped it are recorded and printed.
     Running it again with the same settings resumes a campaign whose job died, or prints a
     completed campaign's result; other settings (SLO, trace, space, backend, trials, seed,
-    deployment) are refused, naming what differs, unless --new-campaign.
+    deployment) are refused, naming what differs, unless --new-campaign; another --sampler is
+    not refused, but said in a warning line (a resumed campaign continues with it).
     Exit code 0 once the campaign completes, whatever stopped its search; 2 bad input."""
     from autotune import budget as budgets
     from autotune import per_path as pp
@@ -315,12 +316,18 @@ def tune(
             name: parse_slo(value) for name, value in path_slos.items() if value})
         for sub in path_requests:
             make_sampler(sampler, deployment_space(sub.search_space, sub.deployment), seed=seed)
+    from autotune.resume import sampler_change, stored_sampler
     from autotune.storage.models import Campaign
 
     done = _check_existing(engine, [request, *path_requests])
 
     def run(r: CampaignRequest) -> int:
         if r.study_name in done:
+            change = sampler_change(stored_sampler(url, r.study_name), r.sampler, r.campaign,
+                                    completed=True)
+            if change:
+                err.print(f"autotune: warning: {change}", markup=False, highlight=False,
+                          soft_wrap=True)
             console.print(f"campaign {r.campaign!r} of deployment {r.deployment.name!r} already "
                           "completed" + ("; its result:" if not per_path else ""))
             return done[r.study_name]
