@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from autotune.cli import output
+from autotune.cli.bench import bench_app
 from autotune.cli.capture import capture
 from autotune.cli.quarterly import HELP as QUARTERLY_HELP
 from autotune.cli.quarterly import quarterly
@@ -34,6 +35,7 @@ app.add_typer(models_app, name="models")
 app.add_typer(traffic_app, name="traffic")
 app.add_typer(sim_app, name="sim")
 app.add_typer(space_app, name="space")
+app.add_typer(bench_app, name="bench")
 app.command("simulate")(simulate)
 app.command("capture")(capture)
 app.command("quarterly", help=QUARTERLY_HELP)(quarterly)
