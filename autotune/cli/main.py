@@ -737,6 +737,25 @@ def models_make_tiny(
     console.print(f"wrote a tiny Llama model to {path} (serve with --load-format dummy)")
 
 
+@models_app.command("make-dummy")
+def models_make_dummy(
+    directory: Annotated[Path, typer.Argument(help="Where to write the model directory.")],
+    config: Annotated[str, typer.Option(
+        help="The model whose architecture to take: a Hugging Face id with a bundled config "
+             "(e.g. meta-llama/Llama-3.1-8B), a catalogue name, a config.json or a model "
+             "directory.")],
+    seed: Annotated[int, typer.Option(help="Tokenizer training seed.")] = 0,
+) -> None:
+    """Write a model directory with a real model's config and a locally trained tokenizer of
+    its vocabulary size, no weights: `vllm serve DIR --load-format dummy` then runs that
+    model's kernels at full size, offline (the GPU check's 8B engine)."""
+    from autotune.dummy_model import make_dummy_model
+
+    path = make_dummy_model(directory, config, seed=seed)
+    console.print(f"wrote a dummy-weight model of {config} to {path} (serve with "
+                  "--load-format dummy)")
+
+
 # -- shell completion ----------------------------------------------------------------------------
 SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
 
