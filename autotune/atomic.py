@@ -22,6 +22,9 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
         write(tmp)
         with tmp.open("rb+") as f:
             os.fsync(f.fileno())
+        # mkstemp makes the file 0600; a replaced file keeps its mode, a new one is readable by
+        # all, as a plain open() would leave it (profiles, traces and configs are shared).
+        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

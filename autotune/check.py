@@ -12,9 +12,9 @@ from typing import Any
 
 import yaml
 
-from autotune import catalogue
+from autotune import accuracy, catalogue
 from autotune.backends import load_backend
-from autotune.baselines import resolved
+from autotune.baselines import pinned_values, resolved
 from autotune.deployment import DeploymentSpec
 from autotune.engine_config import REMOVED_ARGS, EngineConfig, check_known_arg
 from autotune.errors import ConfigError, EngineStartError
@@ -34,6 +34,8 @@ class ConfigCheck:
     effective: dict[str, Any]  # what vLLM runs for the arguments above
     overridden: dict[str, Any]  # asked -> what vLLM uses instead, where they differ
     unchecked: list[str]  # arguments the rules do not know (passed to vLLM as they are)
+    # Asked values that change the model's numerics (autotune.accuracy): flagged, not refused.
+    accuracy_affecting: list[accuracy.NumericsChange]
 
     @property
     def refused(self) -> list[Violation]:
@@ -45,7 +47,8 @@ class ConfigCheck:
                 "violations": [{"rule": v.rule, "severity": v.severity, "message": v.message,
                                 "source": v.source} for v in self.violations],
                 "effective": self.effective, "overridden": self.overridden,
-                "unchecked": self.unchecked, "config": self.config.explicit()}
+                "unchecked": self.unchecked, "config": self.config.explicit(),
+                "accuracy_affecting": [c.as_json() for c in self.accuracy_affecting]}
 
 
 def _is_bool(name: str) -> bool:
@@ -134,7 +137,9 @@ def check_config(values: dict[str, Any], *, model: str, gpu: str, gpus: int,
     broken = common_rule_violations(config, dep)
     if not any(v.severity == "error" for v in broken):
         broken += _memory_violations(config, dep)
-    return ConfigCheck(dep, config, broken, shown, overridden, unchecked or [])
+    # No space here: the built-in judgement; a value the model requires is not a change.
+    numerics = accuracy.changes(config.explicit(), None, pinned_values(dep))
+    return ConfigCheck(dep, config, broken, shown, overridden, unchecked or [], numerics)
 
 
 def _memory_violations(config: EngineConfig, dep: DeploymentSpec) -> list[Violation]:
@@ -169,6 +174,8 @@ def render(check: ConfigCheck) -> list[str]:
     for name, value in check.overridden.items():
         lines.append(f"  vLLM uses {name}={value} (asked {check.config.explicit()[name]})")
     lines.append("  vLLM runs: " + " ".join(f"{k}={v}" for k, v in check.effective.items()))
+    if check.accuracy_affecting:
+        lines.append("  changes numerics: " + "; ".join(c.text() for c in check.accuracy_affecting))
     if check.unchecked:
         lines.append("  not checked (no rule knows them): " + " ".join(map(shlex.quote,
                                                                           check.unchecked)))

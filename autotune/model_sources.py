@@ -89,3 +89,35 @@ def resolve(name: str) -> Model:
     quant = config.with_name(config.name.removesuffix(SUFFIX) + QUANT_SUFFIX)
     return read_model_config(config, name=hf_id.split("/")[-1], hf_id=hf_id,
                              quant_path=quant if quant.is_file() else None)
+
+
+def config_path(name: str) -> Path:
+    """The config.json a model name stands for: a model directory's, a config file, a bundled
+    Hugging Face id's, or that of a catalogue entry's Hugging Face id (or name) where one is
+    bundled; ConfigError if none."""
+    from autotune.catalogue import MODELS
+
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"model directory {name}: it has no config.json")
+        return path / "config.json"
+    if path.is_file():
+        return path
+    hit = None if _looks_like_path(name) else _bundled(name)
+    entry = next((m for key, m in MODELS.items() if key.lower() == name.lower()), None)
+    if hit is None and entry is not None and entry.hf_id:
+        hit = _bundled(entry.hf_id)
+    if hit is None:
+        raise ConfigError(f"model {name!r}: no config.json for it here (not a model directory, "
+                          "a config file, nor a Hugging Face id or catalogue name with a bundled "
+                          "config: `autotune models list`); pass --config path/to/config.json")
+    return hit[1]
+
+
+def quant_config_path(config: Path) -> Path | None:
+    """The ModelOpt quantisation file kept beside a config, if any (hf_quant_config.json in a
+    model directory; org--name_hf_quant_config.json beside a bundled org--name_config.json)."""
+    beside = config.with_name("hf_quant_config.json" if config.name == "config.json"
+                              else config.name.removesuffix(SUFFIX) + QUANT_SUFFIX)
+    return beside if beside != config and beside.is_file() else None

@@ -42,6 +42,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from autotune import accuracy
 from autotune import optuna_keys as keys
 from autotune.deployment import DeploymentSpec
 from autotune.errors import ConfigError, NotFoundError
@@ -235,6 +236,8 @@ class PathSummary:
     # capacity on this path over the same seeds.
     winner_output_tok_s: float | None = None
     single_output_tok_s: float | None = None
+    # The winner's values that change the model's numerics, flagged as the summary does.
+    winner_accuracy_affecting: tuple[accuracy.NumericsChange, ...] = ()
 
     @property
     def gain_pct(self) -> float | None:
@@ -260,4 +263,6 @@ def summarise(campaign: Campaign | None, plan: PathPlan, parent_deployment: str,
         winner_config=dict(winner.engine_config) if winner else None,
         winner_output_tok_s=(confirmed.mean_output_tok_s if confirmed is not None
                              else winner.capacity_output_tok_s if winner else None),
-        single_output_tok_s=single["mean_output_tok_s"] if single else None)
+        single_output_tok_s=single["mean_output_tok_s"] if single else None,
+        winner_accuracy_affecting=tuple(accuracy.campaign_changes(
+            campaign, winner.engine_config)) if winner else ())

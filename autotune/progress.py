@@ -3,8 +3,8 @@
 The controller, the confirmation and the capacity search `emit` events; whoever runs them
 chooses where the events go with `reporting(sink)` (a context variable, so a trial run inline in
 the controller's thread reports its replay steps too). A trial run on a Ray worker runs in
-another process, where no sink is set: its ladder steps are not seen, only its start and end.
-Without a sink, `emit` does nothing.
+another process: there the executor sets a sink that carries the events back, and hands them to
+the driver's sink (workers.ray_progress). Without a sink, `emit` does nothing.
 """
 
 from __future__ import annotations

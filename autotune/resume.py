@@ -160,6 +160,32 @@ def differences(c: Campaign, request: CampaignRequest) -> list[str]:
     return diffs
 
 
+def stored_sampler(storage_url: str, study_name: str) -> str | None:
+    """The --sampler a campaign's study was last run with (None: no such study, or none
+    recorded)."""
+    storage = optuna.storages.RDBStorage(storage_url)
+    try:
+        study_id = storage.get_study_id_from_name(study_name)
+        return storage.get_study_user_attrs(study_id).get(keys.SAMPLER)
+    except KeyError:
+        return None
+    finally:
+        storage.engine.dispose()
+
+
+def sampler_change(stored: str | None, asked: str, campaign: str, completed: bool) -> str | None:
+    """The warning for a campaign run again with another --sampler, None for the same one.
+    Not a refusal: the sampler decides which configs are proposed, not what a measurement
+    means, and Optuna continues a study with another sampler."""
+    if stored is None or stored == asked:
+        return None
+    if completed:
+        return (f"campaign {campaign!r} was run with --sampler {stored}; its result is shown as "
+                f"it is (give --new-campaign to search with --sampler {asked})")
+    return (f"campaign {campaign!r} was started with --sampler {stored}; its remaining trials "
+            f"are proposed by --sampler {asked}")
+
+
 def _check_same(c: Campaign, request: CampaignRequest) -> None:
     diffs = differences(c, request)
     if diffs:

@@ -148,7 +148,7 @@ class Observer:
 
     def on_event(self, event: progress.Event) -> None:
         """What happens while trials run (autotune.progress): called in the controller's thread,
-        a replay step of a trial run inline included."""
+        the replay steps of trials included (inline, or carried back from Ray workers)."""
 
 
 @dataclass
@@ -248,11 +248,10 @@ class StudyController:
         study = optuna.create_study(study_name=self.request.study_name, storage=self.storage,
                                     direction="maximize", sampler=self.plan.sampler,
                                     load_if_exists=True)
-        earlier = study.user_attrs.get(keys.SAMPLER)
-        if earlier is not None and earlier != self.plan.name:  # resuming with another sampler
-            raise ConfigError(f"campaign {self.request.campaign!r} was started with --sampler "
-                              f"{earlier}; resume it with the same sampler or choose another "
-                              "--campaign name")
+        change = resume.sampler_change(study.user_attrs.get(keys.SAMPLER), self.plan.name,
+                                       self.request.campaign, completed=False)
+        if change:  # resuming with another sampler: it proposes from here on
+            log.warning("%s: %s", self.request.study_name, change)
         with warnings.catch_warnings():  # "experimental" since Optuna 3.2, unchanged since
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names([OBJECTIVE_NAME])  # the dashboard's axis and column title
@@ -348,8 +347,9 @@ class StudyController:
                         break
                 self.stop_reason = self._budget_spent() or (
                     budgets.MAX_TRIALS if submitted >= r.max_trials else "asks")
-                log.info("%s: search stopped (%s) after %d trials, %.3g GPU-hours", r.study_name,
-                         self.stop_reason, submitted, self.gpu_hours)
+                # DEBUG: the progress line of the event says it at INFO (once, not twice).
+                log.debug("%s: search stopped (%s) after %d trials, %.3g GPU-hours", r.study_name,
+                          self.stop_reason, submitted, self.gpu_hours)
                 progress.emit(progress.SearchStopped(r.study_name, self.stop_reason, submitted,
                                                      self.gpu_hours))
                 if r.screen is not None:  # kept for a job that resumes the real phase
@@ -541,8 +541,9 @@ class StudyController:
                          slo=self.request.slo, backend=fidelity,
                          seed=self.request.seed, search=self.request.search,
                          backend_options=self.request.options_of(fidelity))
-        log.info("%s trial %d (%s, %s): starting %s", spec.study_name, trial.number, role,
-                 fidelity, " ".join(config.to_cli_args()))
+        # What the progress line of its start leaves out (that line says it started).
+        log.info("%s trial %d (%s, %s): engine arguments %s", spec.study_name, trial.number,
+                 role, fidelity, " ".join(config.to_cli_args()))
         self.executor.submit(spec)
         progress.emit(progress.TrialStarted(spec.study_name, trial.number, role, fidelity,
                                             self.gpu_hours))
@@ -575,8 +576,9 @@ class StudyController:
         save_note(trial, f"**Rejected, not measured**: no engine was started, because the "
                          f"config breaks {', '.join(v.rule for v in broken)}. Its value 0 is "
                          "no measurement.")
-        log.info("%s trial %d (%s): rejected without an engine: %s", self.request.study_name,
-                 trial.number, role, message)
+        # DEBUG: the progress line of its record says it at INFO (once, not twice).
+        log.debug("%s trial %d (%s): rejected without an engine: %s",
+                  self.request.study_name, trial.number, role, message)
         record = TrialRecord(
             number=trial.number, role=role, state=RecordState.REJECTED, feasible=False,
             capacity_output_tok_s=0.0, config=config.explicit(), failure_class=FailureClass.RULE_VIOLATION,
@@ -611,10 +613,11 @@ class StudyController:
         state = (RecordState.MEASURED if outcome.at_recorded_rate is not None
                  else RecordState.FAILED)
         trial.set_user_attr(keys.OUTCOME, state)
-        log.info("%s trial %d (%s, %s): %s, capacity %.0f output tok/s%s",
-                 self.request.study_name, trial.number, job.role, job.fidelity, state,
-                 outcome.capacity_output_tok_s,
-                 f" ({outcome.failure_class})" if outcome.failure_class else "")
+        # DEBUG: the progress line of its record says it at INFO (once, not twice).
+        log.debug("%s trial %d (%s, %s): %s, capacity %.0f output tok/s%s",
+                  self.request.study_name, trial.number, job.role, job.fidelity, state,
+                  outcome.capacity_output_tok_s,
+                  f" ({outcome.failure_class})" if outcome.failure_class else "")
         latency = outcome.at_capacity or outcome.at_recorded_rate
         record = TrialRecord(
             number=trial.number, role=job.role, state=state, feasible=feasible,

@@ -14,6 +14,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+from autotune.atomic import atomic_write_text
 from autotune.errors import ConfigError
 
 BOS_TOKEN = "<|begin_of_text|>"
@@ -128,8 +129,7 @@ def make_tiny_model(
     directory = Path(directory)
     _check_directory(directory)
 
-    tokenizer_json = _train_tokenizer(vocab_size, seed)
-    ids = {token: SPECIAL_TOKENS.index(token) for token in SPECIAL_TOKENS}
+    ids = special_token_ids()
     config: dict[str, Any] = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -156,6 +156,21 @@ def make_tiny_model(
         "eos_token_id": ids[EOS_TOKEN],
         "pad_token_id": ids[PAD_TOKEN],
     }
+    files = tokenizer_files(vocab_size, max_position_embeddings, seed)  # trained first
+    write_model_files(directory, {"config.json": _json(config), **files})
+    return directory
+
+
+def special_token_ids() -> dict[str, int]:
+    """The special tokens' ids in a tokenizer `tokenizer_files` trains: the first ids."""
+    return {token: SPECIAL_TOKENS.index(token) for token in SPECIAL_TOKENS}
+
+
+def tokenizer_files(vocab_size: int, model_max_length: int, seed: int) -> dict[str, str]:
+    """A model directory's tokenizer files, by name: a tokenizer trained to exactly vocab_size
+    ids, its chat template, and a generation config that stops on its end tokens."""
+    ids = special_token_ids()
+    tokenizer_json = _train_tokenizer(vocab_size, seed)
     generation_config = {
         "bos_token_id": ids[BOS_TOKEN],
         "eos_token_id": [ids[EOS_TOKEN], ids[IM_END]],
@@ -173,19 +188,22 @@ def make_tiny_model(
         "unk_token": None,
         "clean_up_tokenization_spaces": False,
         "model_input_names": ["input_ids", "attention_mask"],
-        "model_max_length": max_position_embeddings,
+        "model_max_length": model_max_length,
         "padding_side": "left",
         "chat_template": CHAT_TEMPLATE,
     }
+    return {"generation_config.json": _json(generation_config), "tokenizer.json": tokenizer_json,
+            "tokenizer_config.json": _json(tokenizer_config),
+            "special_tokens_map.json": _json(special_tokens_map),
+            "chat_template.jinja": CHAT_TEMPLATE}
 
+
+def write_model_files(directory: Path, files: dict[str, str]) -> None:
+    """Write each file whole (atomically) into the directory, made if missing."""
     directory.mkdir(parents=True, exist_ok=True)
-    _write_json(directory / "config.json", config)
-    _write_json(directory / "generation_config.json", generation_config)
-    (directory / "tokenizer.json").write_text(tokenizer_json, encoding="utf-8")
-    _write_json(directory / "tokenizer_config.json", tokenizer_config)
-    _write_json(directory / "special_tokens_map.json", special_tokens_map)
-    (directory / "chat_template.jinja").write_text(CHAT_TEMPLATE, encoding="utf-8")
-    return directory
+    for name, text in files.items():
+        atomic_write_text(directory / name, text)
+        (directory / name).chmod(0o644)  # readable by an engine running as another user
 
 
 def _check_directory(directory: Path) -> None:
@@ -245,5 +263,5 @@ def _train_tokenizer(vocab_size: int, seed: int) -> str:
     return tokenizer.to_str(pretty=True) + "\n"
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+def _json(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=2) + "\n"

@@ -5,15 +5,19 @@ measured side by side in one run on the same trace and config.
 The case the simulator issue sets: one hour of traffic shaped like the Azure LLM inference 2023
 conversation trace (about 19,000 requests and 4 million output tokens: lognormal lengths with
 the published medians and means, Poisson arrivals with a slow swell) on 8xH200 serving
-DeepSeek-V4-Flash with vLLM's defaults. Target: at most 1 s of one core's CPU time.
+DeepSeek-V4-Flash with vLLM's defaults. Target: at most 1 s of one core's CPU time (3,600x
+real time), with each GPU step model: the roofline and the measured kernel tables
+(workers/sim/kernels/), timed side by side in the same run.
 
 Usage: .venv/bin/python benchmarks/sim_speed.py [--trace FILE] [--repeat N] [--scales 1,4]
+       [--step-models roofline,measured]
 Prints a table, then one JSON line. Its simulated_s, wall_s, cpu_s (medians of the repeats),
 speedup_vs_realtime and speedup_vs_stepwise (both against cpu_s) are the target case: the trace
-at its recorded rate, the first of --scales. `by_scale` has the same figures for every scale (at
-4x the same requests arrive in a quarter of the time, which breaks more decode runs), and
-`target_met` says whether every scale took at most TARGET_CPU_S. The 1-minute load average is
-printed too, since a shared machine inflates wall time.
+at its recorded rate, the first of --scales, on the first of --step-models. `by_scale` has the
+same figures for every step model and scale (at 4x the same requests arrive in a quarter of the
+time, which breaks more decode runs; each row names its step model), and `target_met` says
+whether every row took at most TARGET_CPU_S. The 1-minute load average is printed too, since a
+shared machine inflates wall time.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from autotune.metrics import summarize
 from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import Trace
 from workers.sim.backend import SimulatorBackend
+from workers.sim.step_table import ROOFLINE
 
 # Azure 2023 conversation trace (Patel et al., Splitwise, ISCA 2024): 19,366 requests in one
 # hour; ContextTokens median 1020, mean 1155; GeneratedTokens median 129, mean 211.
@@ -61,12 +66,15 @@ def conversation_like_trace(seed: int = 0, hours: float = 1.0) -> Trace:
     return Trace.from_rows("azure-conversation-like-1h", rows)
 
 
-def _time(skip: bool, trace: Trace, scale: float, repeat: int) -> tuple[float, float, float]:
+def _time(skip: bool, trace: Trace, scale: float, repeat: int, step_model: str
+          ) -> tuple[float, float, float]:
     """Simulated seconds, and the median CPU and wall seconds of `repeat` replays. CPU time of
     this process is what the target is stated in (one core); wall time is what a user waits,
     inflated when the machine is shared."""
-    backend = SimulatorBackend(skip_decode_runs=skip)
+    backend = SimulatorBackend(skip_decode_runs=skip, step_model=step_model)
     backend.start(vllm_defaults(DEMO), DEMO)
+    if step_model != ROOFLINE and backend.notes()["step_model"].startswith(ROOFLINE):
+        raise SystemExit(f"no measured step table for the case: {backend.notes()['step_model']}")
     cpu, wall, simulated = [], [], 0.0
     for _ in range(repeat):
         c0, w0 = time.process_time(), time.perf_counter()
@@ -83,28 +91,32 @@ def main() -> None:
                                         "Azure-conversation-like hour)")
     parser.add_argument("--repeat", type=int, default=5, help="median of N timings")
     parser.add_argument("--scales", default="1,4", help="rate multipliers, comma-separated")
+    parser.add_argument("--step-models", default=f"{ROOFLINE},measured",
+                        help="GPU step models to time, comma-separated")
     args = parser.parse_args()
+    step_models = args.step_models.split(",")
     trace = load_trace(args.trace) if args.trace else conversation_like_trace()
     scales = [float(s) for s in args.scales.split(",")]
     table = Table(title=f"Simulator speed: {trace.name}, {len(trace)} requests, "
                         f"{int(trace.output_tokens.sum()):,} output tokens, "
                         "DeepSeek-V4-Flash on 8xH200, vLLM defaults")
-    for col in ("rate x", "simulated s", "CPU s", "wall s", "sim s / CPU s", "stepwise CPU s",
+    for col in ("step model", "rate x", "simulated s", "CPU s", "wall s", "sim s / CPU s", "stepwise CPU s",
                 "speedup vs stepwise"):
         table.add_column(col, justify="right")
     by_scale = []
-    for scale in scales:
-        simulated, cpu, wall = _time(True, trace, scale, args.repeat)
-        _, stepwise, _ = _time(False, trace, scale, 1)
-        table.add_row(f"{scale:g}", f"{simulated:.1f}", f"{cpu:.3f}", f"{wall:.3f}",
+    for step_model, scale in ((m, s) for m in step_models for s in scales):
+        simulated, cpu, wall = _time(True, trace, scale, args.repeat, step_model)
+        _, stepwise, _ = _time(False, trace, scale, 1, step_model)
+        table.add_row(step_model, f"{scale:g}", f"{simulated:.1f}", f"{cpu:.3f}", f"{wall:.3f}",
                       f"{simulated / cpu:,.0f}", f"{stepwise:.3f}", f"{stepwise / cpu:.1f}")
         # Speedups are against CPU time (the target's unit); the stepwise loop is timed in CPU.
-        by_scale.append({"rate_scale": scale, "simulated_s": round(simulated, 3),
+        by_scale.append({"step_model": step_model, "rate_scale": scale, "simulated_s": round(simulated, 3),
                          "wall_s": round(wall, 4), "cpu_s": round(cpu, 4),
                          "speedup_vs_realtime": round(simulated / cpu, 1),
                          "speedup_vs_stepwise": round(stepwise / cpu, 2)})
     Console().print(table)
-    print(json.dumps({**{k: v for k, v in by_scale[0].items() if k != "rate_scale"},
+    print(json.dumps({**{k: v for k, v in by_scale[0].items()
+                         if k not in ("rate_scale", "step_model")},
                       "by_scale": by_scale, "target_cpu_s": TARGET_CPU_S,
                       "target_met": all(s["cpu_s"] <= TARGET_CPU_S for s in by_scale),
                       "repeats": args.repeat, "loadavg_1m": os.getloadavg()[0]}))

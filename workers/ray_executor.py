@@ -11,6 +11,10 @@ joins an existing cluster instead.
 A worker process or node lost mid-trial (RayActorError, a worker crash) comes back as an
 "infrastructure" outcome; the study controller runs that trial once more in a fresh actor,
 wherever Ray places it, and counts only a config's own failures against it.
+
+A trial's progress events (its capacity search's steps) come back through
+workers.ray_progress and reach the driver's progress sink from `wait`, in the controller's
+thread, as an inline trial's do.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import os
 import socket
 from typing import Any
 
+from autotune import progress
 from autotune.errors import ConfigError, InfrastructureError
 from autotune.executors import Executor, execute_trial
 from autotune.records import TrialOutcome, TrialSpec
@@ -35,6 +40,9 @@ except ModuleNotFoundError as exc:  # Ray is the `ray` extra; a Ray broken insid
     raise ConfigError("the ray executor (--executor ray, --ray-address, AUTOTUNE_RAY_ADDRESS) "
                       "needs Ray, which is not installed: pip install 'autotune[ray]'") from None
 
+# After the check above: it imports Ray too.
+from workers.ray_progress import DriverInbox, WorkerRelay
+
 log = logging.getLogger("autotune.executors.ray")
 
 
@@ -42,8 +50,14 @@ log = logging.getLogger("autotune.executors.ray")
 class TrialActor:
     """Runs one trial in its own worker process; the process ends with the actor."""
 
-    def run(self, spec: TrialSpec) -> TrialOutcome:
-        return execute_trial(spec)
+    def run(self, spec: TrialSpec, inbox: Any = None) -> TrialOutcome:
+        if inbox is None:
+            return execute_trial(spec)
+        relay = WorkerRelay(inbox)
+        with progress.reporting(relay.send):
+            outcome = execute_trial(spec)
+        relay.flush()
+        return outcome
 
 
 _SINGLE_MACHINE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
@@ -111,6 +125,7 @@ class RayExecutor(Executor):
         self._env_before: tuple[str | None, bool] | None = None
         self._running: dict[Any, tuple[TrialSpec, Any]] = {}
         self._refused: list[TrialOutcome] = []  # trials no node group could ever host
+        self._inbox: DriverInbox | None = None
 
     def open(self, slots: int, gpus_per_trial: int) -> None:
         self.gpus_per_trial = gpus_per_trial
@@ -138,6 +153,7 @@ class RayExecutor(Executor):
                                           f"{str(exc).strip().splitlines()[0]}; check "
                                           "--ray-address / AUTOTUNE_RAY_ADDRESS") from None
             self._started_ray = True
+        self._inbox = DriverInbox()
         gpus = int(ray.cluster_resources().get("GPU", 0))
         # Never more trials in flight than the cluster has GPU groups for.
         self.slots = max(1, min(slots, gpus // max(gpus_per_trial, 1))) if gpus else 1
@@ -158,7 +174,8 @@ class RayExecutor(Executor):
         actor = TrialActor.options(num_gpus=spec.gpus,  # type: ignore[attr-defined]
                                    name=f"trial-{spec.study_name}-{spec.trial_number}",
                                    max_restarts=0).remote()
-        self._running[actor.run.remote(spec)] = (spec, actor)
+        inbox = self._inbox.actor if self._inbox else None
+        self._running[actor.run.remote(spec, inbox)] = (spec, actor)
 
     def wait(self) -> list[TrialOutcome]:
         if self._refused:
@@ -166,7 +183,16 @@ class RayExecutor(Executor):
             return refused
         if not self._running:
             return []
-        ready, _ = ray.wait(list(self._running), num_returns=1)
+        while True:  # the trials' progress events as they come, until a trial finishes
+            events = self._inbox.pending() if self._inbox else []
+            ready, _ = ray.wait([*self._running, *events], num_returns=1)
+            if self._inbox:
+                self._forward(self._inbox.received(ready))
+            ready, _ = ray.wait(list(self._running), num_returns=len(self._running), timeout=0)
+            if ready:
+                break
+        if self._inbox:  # the finished trials' last steps, before their outcomes
+            self._forward(self._inbox.drain())
         outcomes = []
         for ref in ready:
             spec, actor = self._running.pop(ref)
@@ -182,10 +208,21 @@ class RayExecutor(Executor):
                 ray.kill(actor)
         return outcomes
 
+    def _forward(self, events: list[progress.Event]) -> None:
+        """To the driver's sink: the events of trials still in flight (a late one of a trial
+        already returned would say it is running again)."""
+        running = {(spec.study_name, spec.trial_number) for spec, _ in self._running.values()}
+        for event in events:
+            if (getattr(event, "study", None), getattr(event, "number", None)) in running:
+                progress.emit(event)
+
     def close(self) -> None:
         for _, actor in self._running.values():
             ray.kill(actor)
         self._running.clear()
+        if self._inbox is not None and ray.is_initialized():
+            self._inbox.close()
+        self._inbox = None
         if self._started_ray and ray.is_initialized():
             ray.shutdown()
         _restore(self._env_before)

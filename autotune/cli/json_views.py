@@ -133,7 +133,8 @@ def path_result(row: Any) -> dict[str, Any]:
             "slo": row.slo, "winner_trial": row.winner_trial,
             "winner_config": row.winner_config,
             "winner_output_tok_s": row.winner_output_tok_s,
-            "single_output_tok_s": row.single_output_tok_s, "gain_pct": row.gain_pct}
+            "single_output_tok_s": row.single_output_tok_s, "gain_pct": row.gain_pct,
+            "winner_accuracy_affecting": [c.as_json() for c in row.winner_accuracy_affecting]}
 
 
 def publication(pub: Publication) -> dict[str, Any]:

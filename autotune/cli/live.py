@@ -1,9 +1,9 @@
 """Campaign progress for a person: a live view in a terminal, one log line per event elsewhere.
 
 Both follow the controller's observer hooks and autotune.progress events: trials in flight with
-their capacity-search step, offered rate and elapsed time (a trial on a Ray worker shows its
-elapsed time only: its steps happen in another process), the confirmation's runs, and an
-estimate of the time left (autotune.eta).
+their capacity-search step, offered rate and elapsed time (a trial on a Ray worker too: the
+executor carries its steps back), the confirmation's runs, and an estimate of the time left
+(autotune.eta).
 """
 
 from __future__ import annotations
@@ -136,9 +136,9 @@ class ProgressState:
         return f"{r.study_name}: {head}, best {best:,.0f} output tok/s, {self.eta_text()}"
 
 
-def _step_text(step: progress.ReplayStep | None, remote: bool) -> tuple[str, str, str]:
-    if step is None:  # a worker's steps happen in its own process: never seen here
-        return "on a worker" if remote else "starting", "-", "-"
+def _step_text(step: progress.ReplayStep | None) -> tuple[str, str, str]:
+    if step is None:  # the engine is starting or warming up: no replay yet
+        return "starting", "-", "-"
     return (f"{step.phase} {step.step}/{step.of}", f"x{step.rate_scale:.3g}",
             f"{step.offered_req_s:,.1f}")
 
@@ -157,7 +157,6 @@ class LiveTrials(Observer):
             running = sorted(s.running.items())
             records = list(s.records)
         now = s.clock()
-        remote = s.request is not None and s.request.executor != "inline"
         flight = Table(title="In flight", title_justify="left")
         for col in ("#", "role", "step", "rate", "req/s", "elapsed"):
             flight.add_column(col, justify="left" if col in ("role", "step") else "right",
@@ -165,7 +164,7 @@ class LiveTrials(Observer):
         for (study, number), job in running:
             confirming = study.endswith(":confirm")
             flight.add_row(f"run {number + 1}" if confirming else str(number), job.role,
-                           *_step_text(job.step, remote), progress.duration_text(now - job.started_s))
+                           *_step_text(job.step), progress.duration_text(now - job.started_s))
         parts: list[Any] = [Text(s.summary(), style="bold")]
         if running:
             parts.append(flight)

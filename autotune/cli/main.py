@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from autotune.cli import output
+from autotune.cli.bench import bench_app
 from autotune.cli.capture import capture
 from autotune.cli.quarterly import HELP as QUARTERLY_HELP
 from autotune.cli.quarterly import quarterly
@@ -34,6 +35,7 @@ app.add_typer(models_app, name="models")
 app.add_typer(traffic_app, name="traffic")
 app.add_typer(sim_app, name="sim")
 app.add_typer(space_app, name="space")
+app.add_typer(bench_app, name="bench")
 app.command("simulate")(simulate)
 app.command("capture")(capture)
 app.command("quarterly", help=QUARTERLY_HELP)(quarterly)
@@ -208,7 +210,8 @@ def tune(
     was spent and what stopped it are recorded and printed.
     Running it again with the same settings resumes a campaign whose job died, or prints a
     completed campaign's result; other settings (SLO, trace, space, backend, trials, seed,
-    deployment) are refused, naming what differs, unless --new-campaign.
+    deployment) are refused, naming what differs, unless --new-campaign; another --sampler is
+    not refused, but said in a warning line (a resumed campaign continues with it).
     Exit code 0 once the campaign completes, whatever stopped its search; 2 bad input."""
     from autotune import budget as budgets
     from autotune import per_path as pp
@@ -315,12 +318,18 @@ def tune(
             name: parse_slo(value) for name, value in path_slos.items() if value})
         for sub in path_requests:
             make_sampler(sampler, deployment_space(sub.search_space, sub.deployment), seed=seed)
+    from autotune.resume import sampler_change, stored_sampler
     from autotune.storage.models import Campaign
 
     done = _check_existing(engine, [request, *path_requests])
 
     def run(r: CampaignRequest) -> int:
         if r.study_name in done:
+            change = sampler_change(stored_sampler(url, r.study_name), r.sampler, r.campaign,
+                                    completed=True)
+            if change:
+                err.print(f"autotune: warning: {change}", markup=False, highlight=False,
+                          soft_wrap=True)
             console.print(f"campaign {r.campaign!r} of deployment {r.deployment.name!r} already "
                           "completed" + ("; its result:" if not per_path else ""))
             return done[r.study_name]
@@ -746,6 +755,25 @@ def models_make_tiny(
     path = make_tiny_model(directory, vocab_size=vocab_size,
                            max_position_embeddings=max_position_embeddings, seed=seed)
     console.print(f"wrote a tiny Llama model to {path} (serve with --load-format dummy)")
+
+
+@models_app.command("make-dummy")
+def models_make_dummy(
+    directory: Annotated[Path, typer.Argument(help="Where to write the model directory.")],
+    config: Annotated[str, typer.Option(
+        help="The model whose architecture to take: a Hugging Face id with a bundled config "
+             "(e.g. meta-llama/Llama-3.1-8B), a catalogue name, a config.json or a model "
+             "directory.")],
+    seed: Annotated[int, typer.Option(help="Tokenizer training seed.")] = 0,
+) -> None:
+    """Write a model directory with a real model's config and a locally trained tokenizer of
+    its vocabulary size, no weights: `vllm serve DIR --load-format dummy` then runs that
+    model's kernels at full size, offline (the GPU check's 8B engine)."""
+    from autotune.dummy_model import make_dummy_model
+
+    path = make_dummy_model(directory, config, seed=seed)
+    console.print(f"wrote a dummy-weight model of {config} to {path} (serve with "
+                  "--load-format dummy)")
 
 
 # -- shell completion ----------------------------------------------------------------------------

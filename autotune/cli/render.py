@@ -181,6 +181,8 @@ def per_path_table(rows: list[Any]) -> Table:
     line("single config (output tok/s)", lambda r: tok_s(r.single_output_tok_s))
     line("per-path gain", lambda r: "-" if r.gain_pct is None else f"{r.gain_pct:+.1f}%")
     line("parallel layout", lambda r: Strategy.of(r.winner_config).name if r.winner_config else "-")
+    line("changes numerics", lambda r: ", ".join(f"{c.name}={c.shown}"
+                                                 for c in r.winner_accuracy_affecting) or "-")
     for name in TUNED:
         line(name, lambda r, n=name: _arg((r.winner_config or {}).get(n)))
     return table

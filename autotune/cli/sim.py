@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Annotated
 
@@ -175,6 +176,95 @@ def calibrate(
         console.print(f"saved {result.profile_path}")
     else:
         console.print(result.profile_yaml)
+
+
+@sim_app.command("fit-cpu")
+def fit_cpu_cmd(
+    sweep: Annotated[Path, typer.Argument(
+        help="A real engine's sweep: the --out file of `autotune bench sweep --backend vllm`.")],
+    step_model: Annotated[str, typer.Option(
+        help="The GPU time of each step: measured (the committed table for the sweep's GPU, "
+             "model, layout and precision; on a GPU, the source to use) or roofline (the CPU "
+             "build, which has no table).")] = "measured",
+    step_precision: Annotated[str | None, typer.Option(
+        help="With --step-model measured: the table's dense[/experts] precision (default: the "
+             "checkpoint's).")] = None,
+    profile: Annotated[Path | None, typer.Option(
+        help="The profile to start from (default: the newest calibrated one for the sweep's "
+             "GPU and model, else bundled); only its CPU step terms change.")] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="Write the fitted profile here (default: the profile directory, "
+             "AUTOTUNE_SIM__PROFILE_DIR, under the next version).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the fit as one JSON object.")
+                       ] = False,
+) -> None:
+    """Fit the simulator's CPU cost per step (cpu_step_s, cpu_seq_s and, where the sweep timed
+    small batches, cpu_small_batch_seq_s) to a real sweep's decode step times less the step
+    model's GPU time at the same batches; check it against the sweep's median TPOT; write the
+    profile."""
+    import json
+
+    from autotune.atomic import atomic_write_text
+    from autotune.cli.main import _settings
+    from autotune.deployment import DeploymentSpec
+    from workers.sim.fit_cpu import check_record, fit_cpu, tpot_check
+    from workers.sim.profile import find_profile, load_profile, profile_filename, save_profile
+
+    try:
+        record = json.loads(sweep.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{sweep}: cannot read a sweep's JSON ({exc})") from None
+    check_record(record, str(sweep))
+    if profile is not None and not profile.is_file():
+        raise ConfigError(f"--profile {profile}: no such file")
+    if out is not None and out.is_dir():
+        raise ConfigError(f"--out {out}: a directory; give a file name, e.g. "
+                          f"{out}/{profile_filename('GPU', 'MODEL', 2)}")
+    dep = DeploymentSpec.build(name="fit-cpu", model=record["model"], gpu=record["gpu"],
+                               gpu_count=record["gpu_count"],
+                               tensor_parallel_size=record["tensor_parallel_size"],
+                               max_model_len=record["max_model_len"])
+    base = (load_profile(profile) if profile else
+            find_profile(dep.gpu_info.name, dep.model_info.name, dep.gpu_info.device,
+                         Path(_settings().sim.profile_dir)))
+    fit = fit_cpu(record, base, step_model=step_model, step_precision=step_precision,
+                  where=str(sweep))
+    check = tpot_check(record, {"before": base, "after": fit.profile}, step_model,
+                       step_precision)
+    source = (f"{base.source.strip()} CPU step cost ({', '.join(fit.fitted)}) fitted by "
+              f"`autotune sim fit-cpu` to {sweep.name}: real decode steps less the GPU time of "
+              f"{fit.step_model}; RMS residual {fit.rms_ms:.3f} ms")
+    fitted = dataclasses.replace(
+        fit.profile, version=base.version + 1, source=source,
+        fit={"kind": "fit-cpu", "sweep": sweep.name, **fit.summary(), "tpot_check": check})
+    if out is not None:
+        atomic_write_text(out, fitted.to_yaml())
+        written = out
+    else:
+        written = save_profile(fitted, Path(_settings().sim.profile_dir))
+    c = fitted.coefficients
+    table = Table(title=f"CPU step cost of {dep.model_info.name} on {dep.gpu_info.name} from "
+                        f"{sweep.name} (GPU time: {fit.step_model})")
+    for col in ("batch", "measured ms", "GPU ms", "fitted CPU ms", "used"):
+        table.add_column(col, justify="right")
+    for p in fit.points:
+        table.add_row(str(p.batch), f"{p.measured_ms:.3f}", f"{p.gpu_ms:.3f}",
+                      f"{p.cpu_ms:.3f}", "yes" if p.used else "GPU-bound")
+    console.print(table)
+    console.print(f"cpu_step_s {c.cpu_step_s:.3e}, cpu_seq_s {c.cpu_seq_s:.3e}, "
+                  f"cpu_small_batch_seq_s {c.cpu_small_batch_seq_s:.3e} "
+                  f"({'overlapped with the GPU' if fit.overlapped else 'added to the GPU time'}"
+                  f"); RMS residual {fit.rms_ms:.3f} ms", highlight=False)
+    for row in check:
+        console.print(f"TPOT p50 at concurrency {row['max_concurrency']}: measured "
+                      f"{row['measured_ms']:.2f} ms, simulated {row['before_ms']:.2f} before, "
+                      f"{row['after_ms']:.2f} after", highlight=False)
+    if fit.unmodelled_args:
+        console.print("note: the simulator did not see these engine arguments of the sweep: "
+                      + " ".join(fit.unmodelled_args), highlight=False)
+    console.print(f"wrote {written}", highlight=False)
+    if as_json:
+        output.emit({"profile": str(written), **fit.summary(), "tpot_check": check})
 
 
 kernels_app = typer.Typer(no_args_is_help=True,

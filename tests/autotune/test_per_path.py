@@ -206,3 +206,35 @@ def test_a_paths_space_is_widened_to_hold_the_single_config() -> None:
             params["gpu_memory_utilization"]) == (256, 16, 0.97)
     assert held.param("long_prefill_token_threshold").choices[:2] == (0, 256)  # still in order
     assert held.param("gpu_memory_utilization").high == 0.97
+
+
+def test_a_paths_winner_that_changes_numerics_is_flagged(migrated_sqlite: str) -> None:
+    """In the per-path rows (`tune --per-path --json`, the table), as in the summary: the hot
+    path's winner drafts (speculative decoding); the cold one's changes nothing."""
+    import io
+
+    from rich.console import Console
+
+    from autotune.cli.json_views import path_result
+    from autotune.cli.render import per_path_table
+
+    _seed(migrated_sqlite, cold_feasible=True)
+    mtp = {"method": "mtp", "num_speculative_tokens": 2}
+    engine = open_database(migrated_sqlite)
+    with session_scope(engine) as s:
+        hot = repo.find_campaign(s, "c1", "demo.hot")
+        hot.trials[0].engine_config = {"max_num_seqs": 64, "speculative_config": mtp}
+        s.flush()
+        rows = [pp.summarise(repo.find_campaign(s, "c1", f"demo.{path}"),
+                             pp.PathPlan(path, (path,), 77, 154, None), "demo", [])
+                for path in ("hot", "cold")]
+    engine.dispose()
+    hot_row, cold_row = (path_result(r) for r in rows)
+    [change] = hot_row["winner_accuracy_affecting"]
+    assert (change["name"], change["value"]) == ("speculative_config", mtp)
+    assert "rejection sampling" in change["why"]
+    assert cold_row["winner_accuracy_affecting"] == []
+    console = Console(width=160, file=io.StringIO(), color_system=None)
+    console.print(per_path_table(rows))
+    [line] = [x for x in console.file.getvalue().splitlines() if "changes numerics" in x]
+    assert 'speculative_config={"method": "mtp"' in line and line.rstrip(" │").endswith("-")

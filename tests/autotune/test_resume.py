@@ -115,6 +115,24 @@ def test_a_trial_stored_but_not_told_is_told_on_resume(migrated_sqlite: str) -> 
     engine.dispose()
 
 
+def test_a_resume_with_another_sampler_continues_with_it(
+        migrated_sqlite: str, caplog: pytest.LogCaptureFixture) -> None:
+    engine = open_database(migrated_sqlite)
+    with pytest.raises(SystemExit):
+        _DiesAfterStoring(engine, migrated_sqlite, _request(sampler="random"), InlineExecutor(),
+                          at=2, lease_s=0.3).run()
+    with caplog.at_level("WARNING", "autotune.study"):
+        StudyController(engine, migrated_sqlite, _request(sampler="tpe"), InlineExecutor(),
+                        lease_s=0.3).run()
+    check_complete(migrated_sqlite, "llama", "r", 5)
+    [line] = [r.getMessage() for r in caplog.records if "--sampler" in r.getMessage()]
+    assert line == ("llama:r: campaign 'r' was started with --sampler random; its remaining "
+                    "trials are proposed by --sampler tpe")
+    study = optuna.load_study(study_name="llama:r", storage=migrated_sqlite)
+    assert study.user_attrs[keys.SAMPLER] == "tpe"  # what proposes now
+    engine.dispose()
+
+
 class _InterruptedAt(InlineExecutor):
     """Ctrl-C while the first trial numbered `at` or later runs (rule breakers never do)."""
 

@@ -49,6 +49,24 @@ def test_the_recipe_passes_and_unknown_flags_are_listed_not_checked() -> None:
     assert doc["passes"] and doc["violations"] == []
     assert doc["unchecked"] == ["--trust-remote-code", "--tokenizer-mode"]
     assert doc["effective"]["enable_expert_parallel"] is True
+    assert doc["accuracy_affecting"] == []  # V4 on Hopper requires its fp8 cache: no change
+
+
+def test_values_that_change_numerics_are_flagged_not_refused(tmp_path: Path) -> None:
+    llama = ["--model", "Llama-3.1-8B", "--gpu", "H100-80GB", "--gpus", "1"]
+    proc = run_cli("check-config", *llama, "--", "--kv-cache-dtype", "fp8")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert ("  changes numerics: kv_cache_dtype=fp8 (an 8-bit KV cache rounds the keys and "
+            "values attention reads)") in proc.stdout.splitlines()
+    path = tmp_path / "spec.yaml"
+    path.write_text("speculative-config:\n  method: ngram\n  num_speculative_tokens: 3\n"
+                    "  prompt_lookup_max: 4\n")
+    doc = json.loads(run_cli("check-config", *llama, "--yaml", str(path), "--json").stdout)
+    assert [(c["name"], c["value"]) for c in doc["accuracy_affecting"]] == [
+        ("speculative_config", {"method": "ngram", "num_speculative_tokens": 3,
+                                "prompt_lookup_max": 4})]
+    plain = run_cli("check-config", *llama, "--", "--max-num-seqs", "64")
+    assert plain.returncode == 0 and "changes numerics" not in plain.stdout
 
 
 def test_a_slow_rule_is_a_warning_and_a_layout_rule_refuses() -> None:

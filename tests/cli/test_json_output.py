@@ -1,7 +1,7 @@
 """A scriptable CLI: `--json` on tune, publish, report, campaigns and quarterly prints one JSON
 object on stdout (an error too, with today's message and exit code); a re-run that asks for
 another campaign than the stored one is refused naming what differs, or starts a new one with
---new-campaign; --version; shell completion."""
+--new-campaign (another sampler is a warning line); --version; shell completion."""
 
 from __future__ import annotations
 
@@ -157,6 +157,18 @@ def test_a_rerun_that_differs_is_refused_or_starts_a_new_campaign(env: dict[str,
     assert "search_space 'chat' (asked 'batch')" in _one_object(space)["error"]["message"]
     layout = run_cli("tune", *FAST, "--gpus", "4", env=env)  # another deployment spec
     assert layout.returncode == 2 and "gpu_count 8 (asked 4)" in layout.stderr
+    assert _rows(url) == before
+
+    # Another sampler changes which configs are proposed, not what was measured: the stored
+    # result, with one warning line saying the sampler asked for was not used.
+    sampler = run_cli("tune", *FAST, "--sampler", "random", "--json", env=env)
+    assert sampler.returncode == 0, sampler.stderr[-2000:]
+    assert _one_object(sampler)["already_completed"] is True
+    assert [x for x in sampler.stderr.splitlines() if x.startswith("autotune: warning")] == [
+        "autotune: warning: campaign 'demo' was run with --sampler tpe; its result is shown as "
+        "it is (give --new-campaign to search with --sampler random)"]
+    same = run_cli("tune", *FAST, env=env)
+    assert same.returncode == 0 and "warning" not in same.stderr, same.stderr[-2000:]
     assert _rows(url) == before
 
     fresh = run_cli("tune", *FAST, "--slo", "ttft_p99<=1s", "--new-campaign", "--json", env=env)

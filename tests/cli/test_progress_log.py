@@ -52,3 +52,42 @@ def test_a_raised_log_level_silences_the_progress_lines(migrated_sqlite: str) ->
     assert "Top trials of demo:demo" in proc.stdout  # the result still prints
     # The figures depend on the simulator's step model, so the run names it.
     assert "Simulator step model: roofline (GPU coefficients uncalibrated;" in proc.stdout
+
+
+def test_at_info_each_event_is_still_one_line(migrated_sqlite: str) -> None:
+    # INFO adds the modules' own lines; none may say again what a progress line says.
+    env = {"AUTOTUNE_DATABASE_URL": migrated_sqlite, "AUTOTUNE_LOG_LEVEL": "INFO"}
+    proc = run_cli("tune", "--trials", "3", "--confirm-top", "0", env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stderr.splitlines()
+
+    def count(pattern: str) -> int:
+        return sum(bool(re.search(pattern, line)) for line in lines)
+
+    for n in range(3):
+        assert count(rf"demo:demo trial {n} \([^)]+\): start") == 1, proc.stderr
+        assert count(rf"demo:demo trial {n} \([^)]+\): (measured|slo miss|failed|rejected)") \
+            == 1, proc.stderr
+        # What INFO adds: the arguments the trial's engine started with.
+        assert count(rf"INFO autotune\.study: demo:demo trial {n} \([^)]+\): engine "
+                     r"arguments --") == 1, proc.stderr
+    assert count(r"search stopped \(max_trials\) after 3 trials") == 1, proc.stderr
+
+
+@pytest.mark.integration
+def test_piped_tune_on_ray_logs_each_workers_steps(migrated_sqlite: str) -> None:
+    # Trials two at once on Ray workers: their ladder steps reach the driver's log lines, each
+    # before its trial's result.
+    env = {"AUTOTUNE_DATABASE_URL": migrated_sqlite, "AUTOTUNE_SIM__REPLAY_DELAY_S": "0.05"}
+    proc = run_cli("tune", "--trials", "3", "--confirm-top", "0", "--executor", "ray",
+                   "--parallel", "2", env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    events = [m.group(1) for line in proc.stderr.splitlines() if (m := LINE.match(line))]
+    for n in (0, 1):  # the baselines, side by side (a proposal may repeat one: no steps)
+        steps = [i for i, e in enumerate(events) if re.match(
+            rf"demo:demo trial {n}: (ladder|bisect) step \d+/\d+, x[\d.]+ \([\d.]+ req/s "
+            r"offered\)$", e)]
+        [done] = [i for i, e in enumerate(events)
+                  if re.match(rf"demo:demo trial {n} \([^)]+, sim\): (measured|slo miss)", e)]
+        assert steps and events[steps[0]].startswith(f"demo:demo trial {n}: ladder step 1/")
+        assert max(steps) < done, "\n".join(events)

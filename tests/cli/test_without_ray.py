@@ -63,12 +63,14 @@ def test_the_stub_hides_ray(no_ray: dict[str, str]) -> None:
     assert proc.returncode == 1 and "No module named 'ray'" in proc.stderr, proc.stderr
 
 
-# Every module but the Ray executor (and the migrations' env.py, which runs only under alembic).
+# Every module but the Ray executor and its progress relay, which only it imports (and the
+# migrations' env.py, which runs only under alembic).
 CORE = """
 import importlib, pkgutil
 for top in ("autotune", "api", "search_spaces", "workers"):
     for m in pkgutil.walk_packages(importlib.import_module(top).__path__, top + "."):
-        if m.name not in ("workers.ray_executor", "autotune.migrations.env"):
+        if m.name not in ("workers.ray_executor", "workers.ray_progress",
+                          "autotune.migrations.env"):
             importlib.import_module(m.name)
 """
 
