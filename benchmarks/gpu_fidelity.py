@@ -123,7 +123,7 @@ class ServedDeployment(DeploymentSpec):
 
 
 def simulate(m: MatchedRow, table_wanted: bool, rounds: tuple[int, int], stat: str,
-             seed: int) -> tuple[Estimate, str]:
+             seed: int, engine_args: str = "defaults") -> tuple[Estimate, str]:
     """The row simulated in closed loop; the step model that ran ("measured" or "roofline")."""
     r = m.row
     try:
@@ -134,6 +134,13 @@ def simulate(m: MatchedRow, table_wanted: bool, rounds: tuple[int, int], stat: s
         config = vllm_defaults(dep)
         if m.ep and not config.enable_expert_parallel:  # TPn+EP: one rank, experts whole
             config = config.merged(enable_expert_parallel=True)
+        if engine_args == "harness":
+            # aiconfigurator's benchmark harness for agg vLLM workers (generator/rule_plugin/
+            # benchmark/vllm.rule): max_batch_size = the row's batch per attention-DP rank,
+            # max_num_tokens = batch + ISL + 1500; whether the rows ran with it is not recorded.
+            batch = max(1, r.concurrency // r.dp)
+            config = config.merged(max_num_seqs=batch,
+                                   max_num_batched_tokens=batch + r.isl + HARNESS_CONTEXT_MARGIN)
         shape = engine_shape(config, dep)
     except (ConfigError, EngineStartError, ValidationError) as exc:
         return f"sim: {str(exc).splitlines()[0]}", ROOFLINE
@@ -151,14 +158,14 @@ def simulate(m: MatchedRow, table_wanted: bool, rounds: tuple[int, int], stat: s
 
 
 def judge_row(m: MatchedRow, with_aic: bool, rounds: tuple[int, int], stat: str,
-              seed: int) -> RowResult:
+              seed: int, engine_args: str = "defaults") -> RowResult:
     """Everything for one row; runs in a worker process."""
     logging.disable(logging.WARNING)  # the package logs its data fallbacks per call
     out = RowResult(m)
     t0 = time.perf_counter()
-    out.sim, out.step_model = simulate(m, True, rounds, stat, seed)
+    out.sim, out.step_model = simulate(m, True, rounds, stat, seed, engine_args)
     if out.step_model == "measured":
-        out.roofline, _ = simulate(m, False, rounds, stat, seed)
+        out.roofline, _ = simulate(m, False, rounds, stat, seed, engine_args)
     out.sim_s = time.perf_counter() - t0
     if with_aic:
         out.aic = aic.estimate(m.row)
@@ -236,6 +243,10 @@ def main() -> None:
                         help="warm-up and measured rounds of `concurrency` requests each")
     parser.add_argument("--stat", choices=("mean", "median"), default="mean")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--engine-args", choices=("defaults", "harness"), default="defaults",
+                        help="vLLM's defaults for the GPU (the issue's reading of the rows), or "
+                             "aiconfigurator's benchmark harness's max_num_seqs and "
+                             "max_num_batched_tokens")
     args = parser.parse_args()
     console = Console(width=200)
     try:
@@ -259,7 +270,8 @@ def main() -> None:
     absent = "--no-aic given" if args.no_aic else aic.available()
     with_aic = absent is None
 
-    work = [(m, with_aic, (warmup, measured), args.stat, args.seed) for m in matched]
+    work = [(m, with_aic, (warmup, measured), args.stat, args.seed, args.engine_args)
+            for m in matched]
     if args.jobs > 1 and len(work) > 1:
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
             results = list(pool.map(judge_row, *zip(*work, strict=True), chunksize=4))
@@ -321,7 +333,7 @@ def main() -> None:
         "by_model": {k: group(v) for k, v in sorted(by_model.items())},
         "aic_rows": len(both),
         "step_models": dict(Counter(r.step_model for r in covered)),
-        "skipped": dict(skipped), "wall_s": round(wall, 1),
+        "skipped": dict(skipped), "engine_args": args.engine_args, "wall_s": round(wall, 1),
     }))
 
 
