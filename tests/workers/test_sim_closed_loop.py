@@ -156,3 +156,21 @@ def test_a_trace_brings_its_lengths_and_prefix_hashes() -> None:
 def test_concurrency_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         replay_closed_loop(_perf("single"), PROMPTS, OUTPUTS, 0, 0)
+
+
+@pytest.mark.parametrize("layout", ["single", "dense-dp2", "dep2"])
+def test_client_start_times_stagger_the_first_sends_and_desynchronise_equal_requests(
+        layout: str) -> None:
+    """start_s: each client's first send; with equal requests, clients that start together
+    have their prompts prefilled together forever, staggered ones each on its own."""
+    perf, n = _perf(layout), 4
+    prompts, outputs = np.full(6 * n, 1024), np.full(6 * n, 200)
+    together = replay_closed_loop(perf, prompts, outputs, n, 0)
+    starts = np.arange(n) * 0.01  # well within one request's time
+    spread = replay_closed_loop(perf, prompts, outputs, n, 0, start_s=starts)
+    assert not spread.failed.any() and (spread.output_tokens == outputs).all()
+    assert spread.scheduled_s[:n] == pytest.approx(starts)
+    assert _in_flight_at_sends(spread).max() == n
+    assert spread.ttft_s[2 * n:].mean() < together.ttft_s[2 * n:].mean()
+    with pytest.raises(ValueError, match="start_s"):
+        replay_closed_loop(perf, prompts, outputs, n, 0, start_s=np.zeros(n - 1))

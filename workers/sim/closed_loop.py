@@ -41,9 +41,12 @@ from workers.sim.scheduler import (
 class _Clients:
     """The clients: when each is next free, and the requests still to send, in order."""
 
-    def __init__(self, reqs: list[_Req], concurrency: int, reply_s: float) -> None:
+    def __init__(self, reqs: list[_Req], concurrency: int, reply_s: float,
+                 start_s: np.ndarray | None = None) -> None:
         self.reqs, self.reply_s, self.nxt = reqs, reply_s, 0
-        self.free_at = [0.0] * min(concurrency, len(reqs))  # a heap; all start at once
+        n = min(concurrency, len(reqs))
+        # a heap; all start at once unless each client's first send time is given
+        self.free_at = [0.0] * n if start_s is None else sorted(float(t) for t in start_s[:n])
 
     @property
     def more(self) -> bool:
@@ -81,19 +84,24 @@ class _Clients:
 def simulate_closed_loop(perf: PerfModel, prompt_tokens: np.ndarray, output_tokens: np.ndarray,
                          hash_ids: tuple[tuple[int, ...], ...], hash_block_tokens: int,
                          concurrency: int, rng: np.random.Generator,
-                         skip_decode_runs: bool = True) -> ReplayResult:
+                         skip_decode_runs: bool = True,
+                         start_s: np.ndarray | None = None) -> ReplayResult:
     """Replay the requests in order from `concurrency` closed-loop clients against the modelled
     engine, all its DP ranks (lockstep for an MoE model, as `simulate_data_parallel`).
-    scheduled_s of the result: each request's actual send time."""
+    scheduled_s of the result: each request's actual send time. start_s: when each client
+    sends its first request (default: all at 0)."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+    if start_s is not None and (len(start_s) < min(concurrency, len(prompt_tokens))
+                                or np.any(np.asarray(start_s) < 0)):
+        raise ValueError("start_s needs a non-negative first send time for every client")
     n = len(prompt_tokens)
     reqs, order, refused = _requests(np.zeros(n), prompt_tokens, output_tokens, hash_ids,
                                      perf.shape.enable_prefix_caching, perf.shape.max_model_len)
     noise = 1.0 + perf.profile.coefficients.noise_cv * rng.standard_normal()
     ranks = perf.shape.data_parallel_size
     group = [_Rank(perf, hash_block_tokens, noise) for _ in range(ranks)]
-    clients = _Clients(reqs, concurrency, perf.profile.coefficients.frontend_s)
+    clients = _Clients(reqs, concurrency, perf.profile.coefficients.frontend_s, start_s)
     lock_runs: list[tuple[np.ndarray, int]] = []
     if ranks == 1:
         _one_rank(perf, group[0], clients, len(order), noise, skip_decode_runs)

@@ -50,14 +50,16 @@ def replay(perf: PerfModel, trace: Trace, rate_scale: float, seed: int,
 
 
 def replay_closed_loop(perf: PerfModel, prompt_tokens: np.ndarray, output_tokens: np.ndarray,
-                       concurrency: int, seed: int, skip_decode_runs: bool = True) -> ReplayResult:
+                       concurrency: int, seed: int, skip_decode_runs: bool = True,
+                       start_s: np.ndarray | None = None) -> ReplayResult:
     """Requests of the given lengths, issued in array order by `concurrency` clients that each
     send their next request when their last one finished (`vllm bench serve --max-concurrency`;
-    see workers.sim.closed_loop). No prefix hashes. scheduled_s: each request's send time."""
+    see workers.sim.closed_loop). No prefix hashes. scheduled_s: each request's send time;
+    start_s: each client's first send time (default: all at once)."""
     no_hashes: tuple[tuple[int, ...], ...] = tuple(() for _ in range(len(prompt_tokens)))
     return simulate_closed_loop(perf, np.asarray(prompt_tokens), np.asarray(output_tokens),
                                 no_hashes, 1, concurrency, np.random.default_rng(seed),
-                                skip_decode_runs=skip_decode_runs)
+                                skip_decode_runs=skip_decode_runs, start_s=start_s)
 
 
 def replay_trace_closed_loop(perf: PerfModel, trace: Trace, concurrency: int, seed: int,
