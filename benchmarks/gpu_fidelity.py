@@ -11,7 +11,9 @@ default engine arguments for that GPU and GPU count (`autotune.baselines.vllm_de
 gpu_memory_utilization, block size, CUDA-graph capture sizes; max_model_len ISL + OSL + 1500 as
 the rows' harness sets it, see HARNESS_CONTEXT_MARGIN),
 and a closed loop of `silicon_concurrency` clients sending requests of exactly ISL prompt and OSL
-output tokens, each client its next request as soon as its last one finished.
+output tokens, each client its next request as soon as its last one finished, the clients' first
+sends spread over one request's service time (`client_starts`: not phase-locked; --clients
+together for all at once).
 
 How many requests: aiconfigurator's benchmark harness (ai-dynamo/aiconfigurator, generator/
 config/backend_templates/benchmark/bench_run.sh.j2) runs aiperf at --concurrency N with
@@ -32,6 +34,7 @@ aiconfigurator's estimate (benchmarks/gpu_fidelity_aic.py) needs the optional ex
 
 Usage: PYTHONPATH=. .venv/bin/python benchmarks/gpu_fidelity.py [--jobs N] [--limit N]
            [--models SUBSTR,...] [--no-aic] [--rounds W,M] [--stat mean|median]
+           [--clients spread|together] [--engine-args defaults|harness]
 Prints the skipped rows by reason, tables per model and per model, system and precision (APE median and
 P90 of TTFT and TPOT, the signed median error, rows), then one JSON line:
 {"rows": N, "models": M, "sim": {...}, "aic_static": {...}, "by_model": {...}, ...}; "rows" are
