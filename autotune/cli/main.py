@@ -21,7 +21,8 @@ from autotune.cli.quarterly import quarterly
 from autotune.cli.sim import GPU_HELP, MODEL_HELP, sim_app, simulate
 from autotune.cli.space import space_app
 from autotune.cli.traffic import traffic_app
-from autotune.errors import AutotuneError, ConfigError
+from autotune.cli.flags import flag_message
+from autotune.errors import AutotuneError, ConfigError, SettingError
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None,
@@ -808,6 +809,9 @@ def _main(args: list[str]) -> int:
     try:
         result = command.main(args=args, prog_name="autotune", standalone_mode=False)
         return result if isinstance(result, int) else 0
+    except SettingError as exc:  # a library's setting, named by its flag
+        output.error(flag_message(exc), exc.exit_code, ConfigError.__name__)
+        return exc.exit_code
     except AutotuneError as exc:
         output.error(str(exc), exc.exit_code, type(exc).__name__)
         return exc.exit_code
