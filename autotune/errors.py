@@ -49,6 +49,11 @@ class SettingError(ConfigError):
         return self.template.format_map(_Names(name_of, self.values))
 
 
+def placeholder(setting: str) -> str:
+    """A SettingError's placeholder of a setting chosen at run time."""
+    return "{" + setting + "}"
+
+
 class _Names(dict[str, object]):
     """format_map's lookup: a value given as a keyword, else a setting's name."""
 
