@@ -21,9 +21,8 @@ from autotune import quarterly as q
 from autotune.backends import backend_class
 from autotune.confirm import ConfirmPlan
 from autotune.errors import SettingError, placeholder
-from autotune.slo import SLO, parse_slo
+from autotune.slo import DEFAULT_SLO, SLO, parse_slo
 
-DEFAULT_SLO = "ttft_p99<=2s,tpot_p99<=50ms"
 DEFAULT_SCREEN_TOP = 3  # screened configs the real backend measures besides the baselines
 PATH_NAMES = ("hot", "warm", "cold")
 

@@ -21,6 +21,7 @@ from autotune.cli.sim import GPU_HELP, MODEL_HELP, sim_app, simulate
 from autotune.cli.space import space_app
 from autotune.cli.traffic import traffic_app
 from autotune.errors import AutotuneError, ConfigError, SettingError
+from autotune.slo import DEFAULT_SLO
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None,
@@ -43,7 +44,6 @@ if not console.is_terminal:  # logs and CI: wide enough for the trial tables
     console = Console(width=160)
 err = Console(stderr=True)
 
-DEFAULT_SLO = "ttft_p99<=2s,tpot_p99<=50ms"
 JSON_HELP = "Print one JSON object on stdout (keys: docs/reference/json-output.md); the tables go to stderr."
 
 
