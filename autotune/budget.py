@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from autotune.errors import ConfigError
+from autotune.errors import SettingError
 
 MAX_TRIALS, MAX_GPU_HOURS, DEADLINE = "max_trials", "max_gpu_hours", "deadline"
 
@@ -39,24 +39,24 @@ class Budget:
 
 
 def parse_deadline(value: str | None, now: datetime) -> float | None:
-    """`--deadline`: an ISO 8601 time (UTC where no zone is given) as epoch seconds; it must be
+    """The deadline setting: an ISO 8601 time (UTC where no zone is given) as epoch seconds; it must be
     ahead of `now`."""
     if value is None:
         return None
     try:
         when = datetime.fromisoformat(value)
     except ValueError:
-        raise ConfigError(f"--deadline {value!r} is not an ISO 8601 time, e.g. "
-                          "2026-10-03T18:00:00+00:00") from None
+        raise SettingError("{deadline} {got!r} is not an ISO 8601 time, e.g. "
+                           "2026-10-03T18:00:00+00:00", got=value) from None
     when = when if when.tzinfo else when.replace(tzinfo=UTC)
     if when <= now:
-        raise ConfigError(f"--deadline {when.isoformat()} has already passed")
+        raise SettingError("{deadline} {got} has already passed", got=when.isoformat())
     return when.timestamp()
 
 
 def check_max_gpu_hours(value: float | None) -> float | None:
     if value is not None and not value > 0:  # NaN too
-        raise ConfigError("--max-gpu-hours must be positive")
+        raise SettingError("{max_gpu_hours} must be positive")
     return value
 
 

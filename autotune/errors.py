@@ -6,6 +6,7 @@ one JSON error shape.
 
     AutotuneError
     ├── ConfigError          bad flag, setting or SLO string
+    │   ├── SettingError         a library call's bad setting, named as the caller spells it
     │   └── CampaignBusyError    another live job runs the campaign
     ├── InfrastructureError  the workers or the cluster fail, not the configs (exit 5)
     ├── SearchSpaceError     unknown parameter, bad rule, malformed space file
@@ -19,6 +20,8 @@ one JSON error shape.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from autotune.vocabulary import FailureClass
 
 
@@ -30,6 +33,36 @@ class AutotuneError(Exception):
 
 class ConfigError(AutotuneError):
     pass
+
+
+class SettingError(ConfigError):
+    """Bad input to a library call (autotune.campaign, autotune.quarterly_job), naming the
+    settings it concerns as `{setting}` placeholders: str() names them as the library does
+    (gpu_count), `render` as a front end does (the CLI's --gpus). Values go in as keywords, so
+    braces in them are never read as placeholders."""
+
+    def __init__(self, template: str, **values: object) -> None:
+        self.template, self.values = template, values
+        super().__init__(self.render(lambda setting: setting))
+
+    def render(self, name_of: Callable[[str], str]) -> str:
+        return self.template.format_map(_Names(name_of, self.values))
+
+
+def placeholder(setting: str) -> str:
+    """A SettingError's placeholder of a setting chosen at run time."""
+    return "{" + setting + "}"
+
+
+class _Names(dict[str, object]):
+    """format_map's lookup: a value given as a keyword, else a setting's name."""
+
+    def __init__(self, name_of: Callable[[str], str], values: dict[str, object]) -> None:
+        super().__init__(values)
+        self.name_of = name_of
+
+    def __missing__(self, key: str) -> str:
+        return self.name_of(key)
 
 
 class CampaignBusyError(ConfigError):

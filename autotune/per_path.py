@@ -45,7 +45,7 @@ from sqlalchemy.orm import Session
 from autotune import accuracy
 from autotune import optuna_keys as keys
 from autotune.deployment import DeploymentSpec
-from autotune.errors import ConfigError, NotFoundError
+from autotune.errors import ConfigError, NotFoundError, SettingError
 from autotune.publish import publish_campaign
 from autotune.slo import SLO
 from autotune.space import space_name_for
@@ -72,12 +72,12 @@ _RULES = {"hot": f"max_tokens (else output tokens) <= {HOT_MAX_TOKENS}",
 
 
 def parse_paths(value: str) -> dict[str, tuple[str, ...]]:
-    """The path set of `--paths`: {path: the guide's paths it holds}."""
+    """The path set of the paths setting (`--paths`): {path: the guide's paths it holds}."""
     asked = {p.strip() for p in value.split(",") if p.strip()}
     key = ",".join(p for p in PATH_NAMES if p in asked)  # in the guide's order
     if key not in PATH_SETS or asked - set(PATH_NAMES):
-        raise ConfigError(f"--paths {value!r} is not a path split; use hot,cold (warm folded "
-                          "into cold) or hot,warm,cold")
+        raise SettingError("{paths} {got!r} is not a path split; use hot,cold (warm folded "
+                           "into cold) or hot,warm,cold", got=value)
     return PATH_SETS[key]
 
 
@@ -101,7 +101,7 @@ def plan_paths(trace: Trace, groups: dict[str, tuple[str, ...]], *,
     """One plan per path: its sub-trace, or why it is skipped. Refuses a split in which no
     path has `min_requests` requests (there is nothing to tune per path)."""
     if min_requests < 1:
-        raise ConfigError("--min-path-requests must be at least 1")
+        raise SettingError("{min_path_requests} must be at least 1")
     parts = split_into(trace, groups, hot_max_tokens=HOT_MAX_TOKENS, warm_min_share=WARM_MIN_SHARE)
     plans = []
     for name, members in groups.items():
@@ -114,9 +114,10 @@ def plan_paths(trace: Trace, groups: dict[str, tuple[str, ...]], *,
             plans.append(PathPlan(name, members, n, len(trace), parts[name]))
     if not any(p.trace is not None for p in plans):
         counts = ", ".join(f"{p.path} {p.requests}" for p in plans)
-        raise ConfigError(f"no path of trace {trace.name!r} has the {min_requests} requests a "
-                          f"per-path campaign needs ({counts}); lower --min-path-requests or "
-                          "tune without --per-path")
+        raise SettingError("no path of trace {trace!r} has the {least} requests a per-path "
+                           "campaign needs ({counts}); lower {min_path_requests} or tune "
+                           "without {per_path}", trace=trace.name, least=min_requests,
+                           counts=counts)
     return plans
 
 

@@ -27,7 +27,7 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from autotune.errors import AutotuneError, ConfigError, InfrastructureError
+from autotune.errors import AutotuneError, InfrastructureError, SettingError
 from autotune.publish import quarter_label
 from autotune.storage import repo
 from autotune.storage.models import Campaign, Confirmation, Deployment, Trial
@@ -45,7 +45,7 @@ def period_of(value: str | None, now: datetime) -> str:
     if value is None:
         return quarter_label(now)
     if not _PERIOD.fullmatch(value):
-        raise ConfigError(f"--period {value!r} is not a quarter label; use e.g. 2026Q4")
+        raise SettingError("{period} {got!r} is not a quarter label; use e.g. 2026Q4", got=value)
     return value
 
 

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from autotune.errors import ConfigError
 
+DEFAULT_SLO = "ttft_p99<=2s,tpot_p99<=50ms"  # a campaign's, where none is given
+
 METRICS = ("ttft", "tpot", "itl", "e2e")
 PERCENTILES = ("p50", "p90", "p99", "p99.9")
 _UNIT_TO_MS = {"ms": 1.0, "s": 1000.0}

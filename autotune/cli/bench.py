@@ -116,8 +116,9 @@ def sweep(
     serve's figures: request and output token throughput, TTFT, TPOT, ITL and E2E mean, median
     and P99, and for a real engine its decode step times."""
     from autotune.atomic import atomic_write_text
+    from autotune.backend_options import backend_options
     from autotune.backends import load_backend
-    from autotune.cli.main import _backend_options, _settings
+    from autotune.cli.main import _settings
     from autotune.deployment import DeploymentSpec
     from autotune.engine_config import EngineConfig
     from autotune.sweep import SweepLoad, parse_concurrencies, run_sweep, sweep_record
@@ -134,7 +135,7 @@ def sweep(
     if out is not None and out.is_dir():
         raise ConfigError(f"--out {out}: a directory; give a file name, e.g. {out}/sweep.json")
     settings = _settings()
-    options = _backend_options(backend, settings, model_path, engine_arg or [])
+    options = backend_options(backend, settings, model_path, engine_arg or [])
     if backend == "sim":
         options = {**options, "step_model": step_model, "step_precision": step_precision,
                    "profile": str(profile) if profile else None}

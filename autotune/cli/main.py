@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,12 +14,14 @@ from rich.console import Console
 from autotune.cli import output
 from autotune.cli.bench import bench_app
 from autotune.cli.capture import capture
+from autotune.cli.flags import TUNE_FLAGS, flag_message
 from autotune.cli.quarterly import HELP as QUARTERLY_HELP
 from autotune.cli.quarterly import quarterly
 from autotune.cli.sim import GPU_HELP, MODEL_HELP, sim_app, simulate
 from autotune.cli.space import space_app
 from autotune.cli.traffic import traffic_app
-from autotune.errors import AutotuneError, ConfigError
+from autotune.errors import AutotuneError, ConfigError, SettingError
+from autotune.slo import DEFAULT_SLO
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None,
@@ -44,7 +44,6 @@ if not console.is_terminal:  # logs and CI: wide enough for the trial tables
     console = Console(width=160)
 err = Console(stderr=True)
 
-DEFAULT_SLO = "ttft_p99<=2s,tpot_p99<=50ms"
 JSON_HELP = "Print one JSON object on stdout (keys: docs/reference/json-output.md); the tables go to stderr."
 
 
@@ -213,319 +212,35 @@ def tune(
     deployment) are refused, naming what differs, unless --new-campaign; another --sampler is
     not refused, but said in a warning line (a resumed campaign continues with it).
     Exit code 0 once the campaign completes, whatever stopped its search; 2 bad input."""
-    from autotune import budget as budgets
-    from autotune import per_path as pp
-    from autotune.cli.live import progress_observer
-    from autotune.cli.report import print_campaign_result
-    from autotune.deployment import DeploymentSpec
-    from autotune.executors import load_executor
-    from autotune.records import CapacitySearch
-    from autotune.samplers import make_sampler
-    from autotune.slo import parse_slo
-    from autotune.space import (
-        check_searchable,
-        deployment_space,
-        space_name_for,
-        space_summary,
-    )
-    from autotune.storage.db import session_scope
-    from autotune.study import CampaignRequest, StudyController
-    from autotune.traffic.formats import load_trace
-    from autotune.traffic.trace import DEMO_TRACE
+    from autotune.campaign import run_campaign
+    from autotune.cli.tune_output import TuneOutput, render_paths
+    from autotune.run_requests import TuneRequest
 
     settings = _settings()
     _setup_logging(settings.log_level)
-    # Validate everything before touching the database.
-    slo_parsed = parse_slo(slo)
-    if trials < 3:
-        raise ConfigError("--trials must be at least 3 (two baselines and one proposal)")
-    budget = budgets.Budget(max_gpu_hours=budgets.check_max_gpu_hours(max_gpu_hours),
-                            deadline_epoch_s=budgets.parse_deadline(deadline, datetime.now(UTC)))
-    if parallel < 1:
-        raise ConfigError("--parallel must be at least 1")
-    if max_scale < 1 or bisect_steps < 0:
-        raise ConfigError("--max-scale must be at least 1 and --bisect-steps at least 0")
-    backend, screen_plan = fidelities(backend, screen, confirm, screen_top)
-    # An unknown executor, or one whose package is missing (Ray), is refused before anything is
-    # printed.
-    exec_options: dict[str, object] = {}
-    if executor == "ray":
-        # Logical GPUs only stand in for real ones when no real engine needs them.
-        exec_options = {"address": ray_address or settings.ray_address,
-                        "logical_gpus": backend == "sim",
-                        "logical_gpu_count": settings.ray_logical_gpus}
-    load_executor(executor, **exec_options)
-    backend_options = _backend_options(backend, settings, model_path, engine_arg or [],
-                                       flag="--confirm" if screen_plan else "--backend")
-    screening = None
-    if screen_plan is not None:
-        from autotune.multifidelity import Screening
-
-        screening = Screening(backend=screen_plan[0], top=screen_plan[1],
-                              options=_backend_options(screen_plan[0], settings, None, []))
-    plan = confirm_plan(confirm_top, confirm_repeats, seed)
-    spec = DeploymentSpec.build(name=deployment, model=model, gpu=gpu, gpu_count=gpus,
-                                tensor_parallel_size=tp or gpus, max_model_len=max_model_len,
-                                traffic_profile=traffic,
-                                allow_accuracy_affecting=allow_accuracy_affecting)
-    space_name = space_name_for(spec, space)
-    bound = deployment_space(space_name, spec)
-    check_searchable(bound, screen_plan[0] if screen_plan else backend)
-    for line in space_summary(bound, spec):
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
-    if "sim" in (backend, screen_plan[0] if screen_plan else None):
-        console.print(_step_model_line(settings.sim.step_model), markup=False,
-                      highlight=False, soft_wrap=True)
-    make_sampler(sampler, bound, seed=seed)  # refuse bad input now
-    path_slos = {"hot": slo_hot, "warm": slo_warm, "cold": slo_cold}
-    per_path = per_path or paths is not None
-    if not per_path and any(path_slos.values()):
-        raise ConfigError("--slo-hot, --slo-warm and --slo-cold are for --per-path")
-    groups = pp.parse_paths(paths or pp.DEFAULT_PATHS) if per_path else {}
-    for name, value in path_slos.items():
-        if value and name not in groups:
-            raise ConfigError(f"--slo-{name}: {name} is no path of --paths "
-                              f"{','.join(groups)} (warm is folded into cold)")
-    trace_path = trace or DEMO_TRACE
-    loaded = load_trace(trace_path)
-    from autotune.backends import available_backends
-
-    if backend not in available_backends():
-        raise ConfigError(f"unknown backend {backend!r}; available: "
-                          f"{', '.join(available_backends())}")
-    request = CampaignRequest(deployment=spec, campaign=campaign, slo=slo_parsed, trace=loaded,
-                              trace_ref=str(Path(trace_path).resolve()), backend=backend,
-                              executor=executor, parallel=parallel, search_space=space_name,
-                              sampler=sampler, max_trials=trials, seed=seed,
-                              search=CapacitySearch(max_scale=max_scale, bisect_steps=bisect_steps,
-                                                    max_send_lag_p99_ms=max_send_lag_ms),
-                              backend_options=backend_options, budget=budget, confirm=plan,
-                              screen=screening)
-    engine, url = _db()
-    if new_campaign:
-        with session_scope(engine) as s:
-            name = free_campaign_name(s, campaign, spec.name)
-            s.rollback()  # read only
-        if name != campaign:
-            err.print(f"autotune: campaign {campaign!r} exists; starting campaign {name!r}",
-                      markup=False, highlight=False, soft_wrap=True)
-            request = dataclasses.replace(request, campaign=name)
-    plans: list[Any] = []
-    path_requests: list[CampaignRequest] = []
-    if per_path:
-        plans = pp.plan_paths(loaded, groups, min_requests=min_path_requests)
-        path_requests = pp.path_requests(request, plans, space=space, slos={
-            name: parse_slo(value) for name, value in path_slos.items() if value})
-        for sub in path_requests:
-            make_sampler(sampler, deployment_space(sub.search_space, sub.deployment), seed=seed)
-    from autotune.resume import sampler_change, stored_sampler
-    from autotune.storage.models import Campaign
-
-    done = _check_existing(engine, [request, *path_requests])
-
-    def run(r: CampaignRequest) -> int:
-        if r.study_name in done:
-            change = sampler_change(stored_sampler(url, r.study_name), r.sampler, r.campaign,
-                                    completed=True)
-            if change:
-                err.print(f"autotune: warning: {change}", markup=False, highlight=False,
-                          soft_wrap=True)
-            console.print(f"campaign {r.campaign!r} of deployment {r.deployment.name!r} already "
-                          "completed" + ("; its result:" if not per_path else ""))
-            return done[r.study_name]
-        live = progress_observer(console)
-        controller = StudyController(engine, url, r, load_executor(executor, **exec_options),
-                                     observer=live, lease_s=settings.campaign_lease_s)
-        try:
-            return controller.run()
-        finally:
-            live.close()
-
-    from autotune.cli import json_views
-
-    campaign_id = run(request)
-    with session_scope(engine) as s:
-        result = s.get(Campaign, campaign_id)
-        assert result is not None
-        print_campaign_result(console, result, url)
-        single = pp.single_config(result)
-        view = json_views.campaign_result(s, result,
-                                          already_completed=request.study_name in done)
-        s.rollback()  # read only
-    if per_path:
-        view["paths"] = [json_views.path_result(row) for row in _tune_paths(
-            plans, path_requests, single, run, engine, url, spec.name)]
+    # Every value is checked before the database is touched.
+    try:
+        request = TuneRequest.of(
+            deployment=deployment, campaign=campaign, model=model, gpu=gpu, gpu_count=gpus,
+            tensor_parallel_size=tp, max_model_len=max_model_len, traffic_profile=traffic,
+            allow_accuracy_affecting=allow_accuracy_affecting, trace=trace, slo=slo,
+            backend=backend, screen=screen, confirm=confirm, screen_top=screen_top,
+            executor=executor, parallel=parallel, ray_address=ray_address, space=space,
+            sampler=sampler, max_trials=trials, max_gpu_hours=max_gpu_hours, deadline=deadline,
+            seed=seed, max_scale=max_scale, bisect_steps=bisect_steps,
+            max_send_lag_ms=max_send_lag_ms, model_path=model_path, engine_args=engine_arg or [],
+            confirm_top=confirm_top, confirm_repeats=confirm_repeats, per_path=per_path,
+            paths=paths, slo_hot=slo_hot, slo_warm=slo_warm, slo_cold=slo_cold,
+            min_path_requests=min_path_requests, new_campaign=new_campaign)
+        shown = TuneOutput(console, err)
+        ran = run_campaign(request, settings=settings, out=shown)
+    except SettingError as exc:
+        raise ConfigError(flag_message(exc, TUNE_FLAGS)) from None
+    view = shown.view
+    if ran.path_campaign is not None:
+        view["paths"] = render_paths(console, ran.paths, ran.path_campaign, request.deployment)
     if as_json:
         output.emit(view)
-
-
-def free_campaign_name(session: Any, name: str, deployment: str) -> str:
-    """`name`, or the first of NAME.2, NAME.3, ... that neither the deployment nor its paths'
-    deployments (DEPLOYMENT.PATH) hold: a --per-path run's campaigns share one name."""
-    from sqlalchemy import or_, select
-
-    from autotune.storage.models import Campaign, Deployment
-
-    paths = Deployment.name.startswith(f"{deployment}.", autoescape=True)
-    taken = set(session.scalars(select(Campaign.name).join(Deployment).where(
-        or_(Deployment.name == deployment, paths))))
-    return next(n for n in (name, *(f"{name}.{k}" for k in range(2, 10_000))) if n not in taken)
-
-
-def _check_existing(engine: Any, requests: list[Any]) -> dict[str, int]:
-    """Refuse, before anything is written, a request that differs from the campaign of its name
-    (SLO, trace, space, ...) or from its deployment; returns the study names of the campaigns
-    already completed (their result is printed as it is) and their ids."""
-    from autotune.resume import differences
-    from autotune.storage import repo
-    from autotune.storage.db import session_scope
-
-    done: dict[str, int] = {}
-    with session_scope(engine) as s:
-        for r in requests:
-            repo.ensure_deployment(s, r.deployment)  # refuses another spec under the name
-            try:
-                found = repo.find_campaign(s, r.campaign, r.deployment.name)
-            except AutotuneError:
-                continue
-            diffs = differences(found, r)
-            if diffs:
-                state = "completed" if found.status == "completed" else "started"
-                raise ConfigError(
-                    f"campaign {r.campaign!r} of deployment {r.deployment.name!r} was {state} "
-                    f"with {', '.join(diffs)}; give --new-campaign to start campaign "
-                    f"{free_campaign_name(s, r.campaign, r.deployment.name)!r} with these "
-                    "settings, or run it with its own settings"
-                    + (" to see its result" if state == "completed" else " to resume it"))
-            if found.status == "completed":
-                done[r.study_name] = found.id  # reported as it is
-            # Any other status: the controller resumes it, unless a live job still runs it.
-        s.rollback()  # only a check here (of every deployment, before any is written)
-    return done
-
-
-def _tune_paths(plans: list[Any], requests: list[Any], single: dict[str, Any] | None,
-                run: Any, engine: Any, url: str, parent: str) -> list[Any]:
-    """Run each tuned path's campaign (the single config measured beside it), then print the
-    paths beside the single config; returns their summaries. `requests` are the tuned plans'
-    (same order)."""
-    import optuna
-
-    from autotune import per_path as pp
-    from autotune.cli.render import per_path_table
-    from autotune.engine_config import EngineConfig
-    from autotune.storage.db import session_scope
-    from autotune.storage.models import Campaign
-    from autotune.study import comparisons
-
-    for plan in plans:
-        if plan.skipped:
-            console.print(f"path {plan.path}: not tuned: {plan.skipped}", soft_wrap=True)
-    tuned = dict(zip([p.path for p in plans if p.trace is not None], requests, strict=True))
-    ids = {path: run(pp.with_single_config(r, single)) for path, r in tuned.items()}
-    summaries = []
-    with session_scope(engine) as s:
-        for plan in plans:
-            if plan.path not in tuned:
-                summaries.append(pp.summarise(None, plan, parent, []))
-                continue
-            study = optuna.load_study(study_name=tuned[plan.path].study_name, storage=url)
-            summaries.append(pp.summarise(s.get(Campaign, ids[plan.path]), plan, parent,
-                                          comparisons(study)))
-        s.rollback()  # read only
-    console.print(per_path_table(summaries))
-    for row in summaries:
-        if row.winner_config:
-            console.print(f"{row.deployment} (path {row.path}) engine arguments:")
-            console.print("  " + " ".join(EngineConfig(**row.winner_config).to_cli_args()),
-                          soft_wrap=True)
-    console.print(f"\nPublish every path's config: autotune publish --campaign "
-                  f"{requests[0].campaign} --deployment {parent} --per-path", soft_wrap=True)
-    return summaries
-
-
-def fidelities(backend: str | None, screen: str | None, confirm: str | None,
-               screen_top: int | None) -> tuple[str, Any]:
-    """The campaign's backend and, for a multi-fidelity campaign, (screen backend, top K)."""
-    from autotune.backends import backend_class
-
-    if screen is None:
-        if confirm is not None or screen_top is not None:
-            raise ConfigError("--confirm and --screen-top are for a multi-fidelity campaign; give "
-                              "--screen sim too (or tune on one backend with --backend)")
-        backend = backend or "sim"
-        backend_class(backend)  # refuses an unknown name, listing the known ones
-        return backend, None
-    if confirm is None:
-        raise ConfigError(f"--screen {screen} needs --confirm BACKEND, the real engine backend "
-                          "(vllm) that measures the best screened configs")
-    if backend is not None and backend != confirm:
-        raise ConfigError(f"--backend {backend} and --confirm {confirm} disagree; a multi-fidelity "
-                          "campaign's backend is its --confirm backend (leave --backend out)")
-    if not backend_class(screen).simulated:
-        raise ConfigError(f"--screen {screen} is a real engine backend; screening is for a "
-                          f"simulator (sim). To tune on {screen} alone, use --backend {screen}")
-    if backend_class(confirm).simulated:
-        raise ConfigError(f"--confirm {confirm} is a simulator; its numbers cannot confirm the "
-                          "screening's, give a real engine backend (vllm)")
-    top = 3 if screen_top is None else screen_top
-    if top < 1:
-        raise ConfigError("--screen-top must be at least 1: screening picks the configs the real "
-                          "backend measures")
-    return confirm, (screen, top)
-
-
-def confirm_plan(top: int, repeats: int, seed: int) -> Any:
-    """The confirmation plan of --confirm-top/--confirm-repeats (None: no confirmation)."""
-    from autotune.confirm import ConfirmPlan
-
-    if top < 0:
-        raise ConfigError("--confirm-top must be 0 (no confirmation) or more")
-    if top and repeats < 2:
-        raise ConfigError("--confirm-repeats must be at least 2: one run gives no spread, so no "
-                          "confidence bound")
-    return ConfirmPlan(top=top, repeats=repeats, base_seed=seed) if top else None
-
-
-def _step_model_line(step_model: str) -> str:
-    """Which GPU step times the simulated trials use: the figures they give depend on it."""
-    if step_model == "measured":
-        return ("Simulator step model: measured kernel tables where the repository has one for "
-                "the GPU, model, layout and precision, else the roofline (each trial's notes "
-                "name which)")
-    return ("Simulator step model: roofline (GPU coefficients uncalibrated; "
-            "AUTOTUNE_SIM__STEP_MODEL=measured uses measured kernel tables)")
-
-
-def _backend_options(backend: str, settings: Any, model_path: str | None,
-                     engine_args: list[str], flag: str = "--backend") -> dict[str, object]:
-    """Plain-data options for the backend, resolved here so every worker starts the same."""
-    if backend != "vllm":
-        if model_path or engine_args:
-            raise ConfigError(f"--model-path and --engine-arg are for {flag} vllm")
-        if backend != "sim":
-            return {}
-        sim = settings.sim  # only what differs from the defaults, so records stay as they were
-        return {k: v for k, v in (("replay_delay_s", sim.replay_delay_s),
-                                  ("step_model", sim.step_model),
-                                  ("step_precision", sim.step_precision))
-                if v and v != "roofline"}
-    if not model_path:
-        raise ConfigError(f"{flag} vllm needs --model-path (a local model directory, e.g. one "
-                          "made by `autotune models make-tiny DIR`, or a model id)")
-    if (model_path.startswith((".", "/")) or Path(model_path).exists()) and not (
-            Path(model_path) / "config.json").is_file():
-        raise ConfigError(f"--model-path {model_path} holds no config.json; give a model directory")
-    options: dict[str, object] = {
-        "model_path": str(Path(model_path).resolve()) if Path(model_path).exists() else model_path,
-        "extra_args": [a for arg in engine_args for a in arg.split("=", 1)],
-        "startup_timeout_s": settings.engine.startup_timeout_s,
-        "log_dir": str(Path(settings.engine.log_dir).resolve()),
-        "watermarks": dict(settings.engine.memory_watermarks),
-    }
-    if settings.engine.server_command():
-        options["command"] = settings.engine.server_command()
-    return options
 
 
 # -- check-config -------------------------------------------------------------------------------
@@ -808,6 +523,9 @@ def _main(args: list[str]) -> int:
     try:
         result = command.main(args=args, prog_name="autotune", standalone_mode=False)
         return result if isinstance(result, int) else 0
+    except SettingError as exc:  # a library's setting, named by its flag
+        output.error(flag_message(exc), exc.exit_code, ConfigError.__name__)
+        return exc.exit_code
     except AutotuneError as exc:
         output.error(str(exc), exc.exit_code, type(exc).__name__)
         return exc.exit_code

@@ -217,6 +217,23 @@ def test_bad_input_is_one_line_and_exit_2(db: Path, args: list[str], message: st
     assert _rows(db)[0] == []  # nothing was written
 
 
+def test_a_space_the_simulator_cannot_search_is_refused_as_tune_refuses_it(
+        db: Path, tmp_path: Path) -> None:
+    """The space comes from the latest campaign: one that searches speculative decoding (run on
+    real engines) is refused on the simulator before anything is written, as `tune` refuses it."""
+    space = tmp_path / "speculative.yaml"
+    space.write_text("parameters:\n  speculative_config:\n    type: categorical\n    choices: [null, "
+                     "'{\"method\": \"ngram\", \"num_speculative_tokens\": 2, "
+                     "\"prompt_lookup_max\": 3}']\n")
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE autotune_campaigns SET search_space = ?", (str(space),))
+    proc = _q(db, "--period", "2028Q3", *FAST, "--backend", "sim")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "searches speculative_config, which the simulator does not model" in proc.stderr
+    assert proc.stderr.count("\n") == 1
+    assert _rows(db)[0] == []  # nothing was written
+
+
 def test_an_unknown_deployment_exits_2(db: Path) -> None:
     proc = run_cli("quarterly", "--deployment", "nope", env=_env(db))
     assert proc.returncode == 2 and "no deployment named 'nope'" in proc.stderr

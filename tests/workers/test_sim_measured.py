@@ -78,10 +78,10 @@ def test_measured_decode_runs_sum_in_closed_form(overrides: dict[str, object]) -
 
 
 def test_campaign_settings_pass_the_step_model_only_when_asked_for() -> None:
-    from autotune.cli.main import _backend_options
+    from autotune.backend_options import backend_options
     from autotune.settings import Settings
 
-    assert _backend_options("sim", Settings(), None, []) == {}  # records stay as they were
+    assert backend_options("sim", Settings(), None, []) == {}  # records stay as they were
     asked = Settings(sim={"step_model": "measured", "step_precision": FP8})  # type: ignore[arg-type]
-    assert _backend_options("sim", asked, None, []) == {"step_model": "measured",
+    assert backend_options("sim", asked, None, []) == {"step_model": "measured",
                                                         "step_precision": FP8}
