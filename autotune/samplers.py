@@ -19,7 +19,7 @@
 - Both model-based samplers start with a line sweep (`LineSweep`) instead of random draws: a
   coordinate search from the best config measured so far (at first the best reference: vLLM's
   defaults, vLLM's recipe, the guide's heuristic, last quarter's winner), one argument at a
-  time, the sequence count, parallel layout and step budget first. Random start-up draws turn
+  time, the parallel layout, step budget and sequence count first. Random start-up draws turn
   off half the optimisations vLLM enables by default, so few land where the knobs that matter
   can be judged.
 - `grid`: vLLM's auto-tune script: a grid over `max_num_seqs` x `max_num_batched_tokens` (the
@@ -72,13 +72,9 @@ GRID_PARAMS = ("max_num_seqs", "max_num_batched_tokens")
 # 4 and 6 all reached 98% of the chat-like optimum by trial 30 in 17-18 of 20 seeds.
 STARTUP_TRIALS = 6
 # The line sweep's first axes, those that moved capacity most on benchmarks/search_efficiency.py:
-# the sequence count, the parallel layout (the whole engine changes with it), the step budget.
-# The count comes before the layout because a layout move keeps it (`LineSweep._move`), so each
-# layout is judged at the count the incumbent runs: at a TPOT ceiling the count decides whether
-# the engine meets it at all, and at the references' count (vLLM's 1024) every layout can
-# measure alike far below the optimum (seed 2's chat-like trace: under 72% of it, capacity
-# jumping only at 128-256 sequences, on TP8), which sent the sweep to the wrong layout.
-SWEEP_AXES = ("max_num_seqs", PARALLELISM, "max_num_batched_tokens")
+# the parallel layout (the whole engine changes with it), then the two knobs vLLM's auto-tune
+# script grids over, the step budget first.
+SWEEP_AXES = (PARALLELISM, "max_num_batched_tokens", "max_num_seqs")
 # The sweep proposes while fewer trials than this are complete (references and rule breakers
 # included), then the model takes over; it stops earlier where no step of any layout's best
 # config is left to try. On benchmarks/search_efficiency.py the runner-up layouts' searches,
