@@ -63,6 +63,7 @@ from autotune.storage import repo
 from autotune.storage.db import session_scope
 from autotune.storage.models import Campaign
 from autotune.traffic.trace import Trace
+from autotune.trial_record import TrialRecord
 from autotune.vocabulary import ENGINE_FAILURES, NOT_THE_CONFIG, FailureClass, RecordState, Role
 
 log = logging.getLogger("autotune.study")
@@ -119,24 +120,6 @@ class CampaignRequest:
     def options_of(self, backend: str) -> dict[str, Any]:
         return self.screen.options if self.screen and backend == self.screen.backend \
             else self.backend_options
-
-
-@dataclass(frozen=True)
-class TrialRecord:
-    """What observers and reports see of one finished trial."""
-
-    number: int
-    role: str
-    state: str  # measured, rejected, failed
-    feasible: bool
-    capacity_output_tok_s: float
-    config: dict[str, Any]
-    latency: dict[str, Any] | None = None
-    failure_class: str | None = None
-    failure_message: str | None = None
-    constraints: dict[str, float] = field(default_factory=dict)
-    repeat_of: int | None = None
-    fidelity: str = ""  # the backend that measured it
 
 
 class Observer:
@@ -270,12 +253,7 @@ class StudyController:
         rows = resume.stored_trials(self.engine, campaign_id)
         requeued = resume.repair(self.storage, study, rows)
         for row in sorted(rows.values(), key=lambda t: t.number):
-            record = TrialRecord(
-                number=row.number, role=row.role, state=row.state, feasible=row.feasible,
-                capacity_output_tok_s=row.capacity_output_tok_s, config=dict(row.engine_config),
-                latency=row.latency, failure_class=row.failure_class,
-                failure_message=row.failure_message, constraints=dict(row.constraints),
-                repeat_of=row.repeat_of, fidelity=row.fidelity)
+            record = TrialRecord.of_row(row)
             self.records.append(record)
             self.observer.on_trial(record)
             self.gpu_hours += row.gpu_hours
@@ -399,10 +377,7 @@ class StudyController:
             if dropped:
                 log.warning("%s: screening closed; waiting trials %s left unrun", r.study_name,
                             ", ".join(map(str, dropped)))
-        screened = [mf.Screened(number=t.number, role=t.role, state=t.state, feasible=t.feasible,
-                                capacity_output_tok_s=t.capacity_output_tok_s,
-                                config=dict(t.config), repeat_of=t.repeat_of)
-                    for t in self.records if t.fidelity == r.screen.backend]
+        screened = [t for t in self.records if t.fidelity == r.screen.backend]
         references = [(tag, role) for tag, role, _, _ in self.reference_params
                       if role == Role.INCUMBENT] + [(role, role) for role in self.baselines]
         runs = mf.plan(screened, r.screen.top, references)
@@ -436,11 +411,7 @@ class StudyController:
                              backend=r.backend, seed=r.seed, search=r.search,
                              backend_options=r.backend_options)
         if r.confirm is not None:
-            rows = [confirm.TrialRow(number=t.number, role=t.role, state=t.state,
-                                     feasible=t.feasible,
-                                     capacity_output_tok_s=t.capacity_output_tok_s,
-                                     config=dict(t.config), repeat_of=t.repeat_of)
-                    for t in self.records if t.fidelity == r.backend]  # never a screening one
+            rows = [t for t in self.records if t.fidelity == r.backend]  # never a screening one
             # The baselines too, with the same seeds: every gain is then confirmed against
             # confirmed (autotune.gains), never against one search draw.
             chosen = confirm.candidates(rows, r.confirm.top,
