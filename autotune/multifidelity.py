@@ -139,7 +139,7 @@ def close_screening(storage: BaseStorage, study: optuna.Study, screen_backend: s
 def enqueue(study: optuna.Study, runs: Sequence[tuple[RealRun, dict[str, Any]]],
             backend: str) -> int:
     """Enqueue the (run, space parameters) pairs no trial holds the tag of yet; returns how
-    many were enqueued. Each carries its exact config (study._ask runs it as it is)."""
+    many were enqueued. Each carries its exact config (autotune.study.loop runs it as it is)."""
 
     tags = {t.user_attrs.get(keys.ENQUEUE_TAG) for t in study.get_trials(deepcopy=False)}
     added = 0
