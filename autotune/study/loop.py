@@ -128,17 +128,7 @@ class StudyController:
     def _run(self) -> int:
         r = self.request
         t0 = self.clock()
-        claim = resume.claim_campaign(self.engine, r, self.lease_s)  # refuses a live job's
-        if claim.created and r.study_name in optuna.study.get_all_study_names(self.storage):
-            claim.abandon()
-            raise ConfigError(f"an Optuna study named {r.study_name!r} already exists in this "
-                              "database; choose another --campaign name")
-        try:
-            # Workers before the study: an unreachable cluster leaves a new campaign no trace.
-            self.executor.open(r.parallel, r.deployment.tensor_parallel_size)
-        except BaseException:
-            claim.abandon()
-            raise
+        claim = self._claim()
         self._lease = self.recorder.lease = lease = claim.lease
         lease.start()
         campaign_id = claim.campaign_id
@@ -173,6 +163,22 @@ class StudyController:
             self.executor.close()
             lease.finish(status, message, self.clock() - t0)
         return campaign_id
+
+    def _claim(self) -> resume.Claim:
+        """Claim the campaign (refusing a live job's) and open the executor's workers."""
+        r = self.request
+        claim = resume.claim_campaign(self.engine, r, self.lease_s)
+        if claim.created and r.study_name in optuna.study.get_all_study_names(self.storage):
+            claim.abandon()
+            raise ConfigError(f"an Optuna study named {r.study_name!r} already exists in this "
+                              "database; choose another --campaign name")
+        try:
+            # Workers before the study: an unreachable cluster leaves a new campaign no trace.
+            self.executor.open(r.parallel, r.deployment.tensor_parallel_size)
+        except BaseException:
+            claim.abandon()
+            raise
+        return claim
 
     def _search(self, study: optuna.Study, campaign_id: int, submitted: int) -> None:
         """Ask and measure until max_trials, the asks' cap or the budget; `submitted`: the
@@ -301,18 +307,22 @@ class StudyController:
             self._finish(study, campaign_id, _InFlight(trial, role, config, [], fidelity, first),
                          outcome)
             return None
-        spec = TrialSpec(study_name=self.request.study_name, trial_number=trial.number,
-                         config=config, deployment=dep, trace=self.request.trace,
-                         slo=self.request.slo, backend=fidelity,
-                         seed=self.request.seed, search=self.request.search,
-                         backend_options=self.request.options_of(fidelity))
+        return self._submit(trial, role, config, fidelity, [v.rule for v in broken])
+
+    def _submit(self, trial: OptunaTrial, role: str, config: EngineConfig, fidelity: str,
+                slow_rules: list[str]) -> _InFlight:
+        """Start measuring a config on the executor."""
+        r = self.request
+        spec = TrialSpec(study_name=r.study_name, trial_number=trial.number, config=config,
+                         deployment=r.deployment, trace=r.trace, slo=r.slo, backend=fidelity,
+                         seed=r.seed, search=r.search, backend_options=r.options_of(fidelity))
         # What the progress line of its start leaves out (that line says it started).
         log.info("%s trial %d (%s, %s): engine arguments %s", spec.study_name, trial.number,
                  role, fidelity, " ".join(config.to_cli_args()))
         self.executor.submit(spec)
         progress.emit(progress.TrialStarted(spec.study_name, trial.number, role, fidelity,
                                             self.gpu_hours))
-        return _InFlight(trial, role, config, [v.rule for v in broken], fidelity, spec=spec)
+        return _InFlight(trial, role, config, slow_rules, fidelity, spec=spec)
 
     def _finish(self, study: optuna.Study, campaign_id: int, job: _InFlight,
                 outcome: TrialOutcome) -> None:
