@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import scipy.stats
@@ -38,6 +38,7 @@ from autotune.objective import is_feasible, outcome_constraints
 from autotune.records import TrialOutcome, TrialSpec
 from autotune.storage import repo
 from autotune.storage.models import Campaign, Confirmation, Trial
+from autotune.trial_record import TrialRecord
 from autotune.vocabulary import NOT_THE_CONFIG, FailureClass, RecordState, Role
 
 log = logging.getLogger("autotune.confirm")
@@ -102,20 +103,11 @@ class ConfirmPlan:
         return tuple(self.base_seed + 1 + r for r in range(self.repeats))
 
 
-@dataclass(frozen=True)
-class TrialRow:
-    """What candidate selection needs of a finished trial."""
-
-    number: int
-    role: str
-    state: str
-    feasible: bool
-    capacity_output_tok_s: float
-    config: dict[str, Any] = field(default_factory=dict)
-    repeat_of: int | None = None
+# What candidate selection needs of a finished trial: the one finished-trial type.
+TrialRow = TrialRecord
 
 
-def candidates(trials: Sequence[TrialRow], top: int, *,
+def candidates(trials: Sequence[TrialRecord], top: int, *,
                include_roles: tuple[str, ...] = (Role.INCUMBENT,)) -> list[Candidate]:
     """The top `top` distinct feasible configs by search capacity, plus the first trial of
     each of `include_roles` (the incumbent, the baselines, a path's single config) when it was
@@ -127,7 +119,7 @@ def candidates(trials: Sequence[TrialRow], top: int, *,
     picked: list[Candidate] = []
     keys: set[tuple[tuple[str, Any], ...]] = set()
 
-    def add(t: TrialRow) -> None:
+    def add(t: TrialRecord) -> None:
         key = tuple(sorted(t.config.items()))
         if key not in keys:
             keys.add(key)

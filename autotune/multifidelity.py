@@ -48,6 +48,7 @@ from optuna.trial import TrialState
 
 from autotune import optuna_keys as keys
 from autotune.errors import ConfigError
+from autotune.trial_record import TrialRecord
 from autotune.vocabulary import RecordState
 
 log = logging.getLogger("autotune.multifidelity")
@@ -62,17 +63,8 @@ class Screening:
     options: dict[str, Any]  # the screening backend's options
 
 
-@dataclass(frozen=True)
-class Screened:
-    """What the real phase's plan needs of a finished screening trial."""
-
-    number: int
-    role: str
-    state: str
-    feasible: bool
-    capacity_output_tok_s: float
-    config: dict[str, Any]
-    repeat_of: int | None = None
+# What the real phase's plan needs of a finished screening trial: the one finished-trial type.
+Screened = TrialRecord
 
 
 @dataclass(frozen=True)
@@ -89,14 +81,14 @@ def _key(config: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(config.items()))
 
 
-def plan(screened: Sequence[Screened], top: int, references: Sequence[tuple[str, str]]
+def plan(screened: Sequence[TrialRecord], top: int, references: Sequence[tuple[str, str]]
          ) -> list[RealRun]:
     """The real phase: each reference role in `references` ((tag, role): the incumbent, then
     the baselines) with its screened config, then the `top` best feasible distinct screened
     configs that are not among them, best first. A reference screening rejected (it breaks an
     error rule) is left out; one that merely missed the SLO in the simulator still runs, as the
     real comparison point."""
-    by_role: dict[str, Screened] = {}
+    by_role: dict[str, TrialRecord] = {}
     for t in screened:
         if t.repeat_of is None and t.state != RecordState.REJECTED:
             by_role.setdefault(t.role, t)
@@ -147,7 +139,7 @@ def close_screening(storage: BaseStorage, study: optuna.Study, screen_backend: s
 def enqueue(study: optuna.Study, runs: Sequence[tuple[RealRun, dict[str, Any]]],
             backend: str) -> int:
     """Enqueue the (run, space parameters) pairs no trial holds the tag of yet; returns how
-    many were enqueued. Each carries its exact config (study._ask runs it as it is)."""
+    many were enqueued. Each carries its exact config (autotune.study.loop runs it as it is)."""
 
     tags = {t.user_attrs.get(keys.ENQUEUE_TAG) for t in study.get_trials(deepcopy=False)}
     added = 0

@@ -48,7 +48,7 @@ from autotune.storage.models import Campaign, Deployment, Trial
 from autotune.vocabulary import FailureClass, Role
 
 if TYPE_CHECKING:
-    from autotune.study import CampaignRequest
+    from autotune.study.request import CampaignRequest
 
 log = logging.getLogger("autotune.resume")
 # What a resumed job must share with the dead one; the executor and parallelism may change.
@@ -301,7 +301,7 @@ def requeue(storage: BaseStorage, study: optuna.Study, trial: FrozenTrial) -> in
                                                     keys.RETRY_OF: trial.number},
             user_attrs={keys.ROLE: trial.user_attrs.get(keys.ROLE, Role.PROPOSED),
                         "retry_of": trial.number,
-                        # A reference's exact config (see study._ask), and the backend and
+                        # A reference's exact config (see autotune.study.loop), and the backend and
                         # screening trial of a multi-fidelity campaign's real trial.
                         **{k: trial.user_attrs[k]
                            for k in (keys.ENGINE_CONFIG, keys.FIDELITY, keys.SCREEN_OF)

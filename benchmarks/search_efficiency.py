@@ -24,7 +24,7 @@ one, skips the grid. A sampler run is the controller's loop in an in-memory stud
 defaults, the guide's heuristic and vLLM's recipe enqueued first, rule breakers told infeasible
 for free (not counted as trials), repeats reuse their measurement (not counted as trials;
 counted apart, `repeats_per_seed`), at most 10 asks per trial, as the controller
-(autotune/study.py) counts them; constraints set on every trial.
+(autotune/study/loop.py) counts them; constraints set on every trial.
 
 Usage: .venv/bin/python benchmarks/search_efficiency.py [--quick] [--seeds N] [--first-seed K]
 [--jobs N]

@@ -8,7 +8,7 @@ from rich.table import Table
 
 from autotune import gains
 from autotune.parallelism import Strategy
-from autotune.study import TrialRecord
+from autotune.trial_record import TrialRecord
 from autotune.vocabulary import RecordState
 
 TUNED = ("max_num_seqs", "max_num_batched_tokens", "block_size", "enable_chunked_prefill",

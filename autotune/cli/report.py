@@ -17,7 +17,7 @@ from autotune.cli.render import comparison_table, confirmation_table, trial_tabl
 from autotune.engine_config import EngineConfig
 from autotune.storage import repo
 from autotune.storage.models import Campaign, Trial
-from autotune.study import TrialRecord
+from autotune.trial_record import TrialRecord
 from autotune.vocabulary import RecordState
 
 
@@ -69,17 +69,11 @@ def gain_lines(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
     return lines
 
 
-def _record(t: Trial) -> TrialRecord:
-    return TrialRecord(number=t.number, role=t.role, state=t.state, feasible=t.feasible,
-                       capacity_output_tok_s=t.capacity_output_tok_s, config=t.engine_config,
-                       latency=t.latency, failure_class=t.failure_class, fidelity=t.fidelity)
-
-
 def print_campaign_result(console: Console, campaign: Campaign, url: str) -> None:
     trials = repo.measured_trials(campaign)  # a screening's simulated ones are not ranked here
     measured = [t for t in trials if t.state != RecordState.REJECTED]
     screened = len(campaign.trials) - len(trials)
-    console.print(trial_table([_record(t) for t in sorted(
+    console.print(trial_table([TrialRecord.of_row(t) for t in sorted(
         measured, key=lambda t: -t.capacity_output_tok_s)[:10]],
         f"Top trials of {campaign.study_name} ({len(measured)} measured on {campaign.backend}, "
         f"{len(trials) - len(measured)} rejected by interaction rules, "
