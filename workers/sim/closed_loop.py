@@ -30,6 +30,7 @@ from workers.sim.perf import PerfModel
 from workers.sim.scheduler import (
     INF,
     _lockstep_decode_runs,
+    _lockstep_step,
     _Rank,
     _Req,
     _requests,
@@ -154,17 +155,13 @@ def _lockstep(perf: PerfModel, group: list[_Rank], clients: _Clients, total: int
             r = clients.send()
             if r is not None:
                 route(r)
-        batches = [rank.schedule(clock) if rank.busy else None for rank in group]
-        if all(b is None for b in batches):  # idle, or blocked on memory (see simulate)
+        end = _lockstep_step(perf, group, clock, noise)
+        if end is None:  # idle, or blocked on memory (see simulate)
             nxt = clients.next_send()
             if nxt == INF:
                 return
             clock = nxt
             continue
-        end = clock + perf.lockstep_step_s(batches) * noise
-        for rank, batch in zip(group, batches, strict=True):
-            if batch is not None:
-                rank.complete(batch, clock, end)
         clock = end
         if (done := finished()) != seen:
             clients.release(done - seen, clock)

@@ -548,14 +548,10 @@ def simulate_data_parallel(perf: PerfModel, ranks: int, lockstep: bool, arrival_
             if not any(rank.busy for rank in group):
                 clock = order[nxt].arrival
                 continue
-            batches = [rank.schedule(clock) if rank.busy else None for rank in group]
-            if all(b is None for b in batches):  # blocked on memory: cannot happen, as above
+            end = _lockstep_step(perf, group, clock, noise)
+            if end is None:  # blocked on memory: cannot happen, as above
                 clock = order[nxt].arrival if nxt < total else clock + 1.0
                 continue
-            end = clock + perf.lockstep_step_s(batches) * noise
-            for rank, batch in zip(group, batches, strict=True):
-                if batch is not None:
-                    rank.complete(batch, clock, end)
             clock = end
             if skip_decode_runs:
                 clock = _lockstep_decode_runs(perf, group, clock, noise, lock_runs,
@@ -604,6 +600,21 @@ class _Router:
         self.start = (start + 1) % ranks
         best.waiting.append(r)
         return best
+
+
+def _lockstep_step(perf: PerfModel, group: list[_Rank], clock: float, noise: float
+                   ) -> float | None:
+    """One step of lockstep ranks from `clock`: each busy rank schedules, the step lasts as its
+    slowest rank's batch (`PerfModel.lockstep_step_s`); its end, or None where no rank could
+    schedule anything (idle, or blocked on memory)."""
+    batches = [rank.schedule(clock) if rank.busy else None for rank in group]
+    if all(b is None for b in batches):
+        return None
+    end = clock + perf.lockstep_step_s(batches) * noise
+    for rank, batch in zip(group, batches, strict=True):
+        if batch is not None:
+            rank.complete(batch, clock, end)
+    return end
 
 
 def _lockstep_decode_runs(perf: PerfModel, group: list[_Rank], clock: float, noise: float,
