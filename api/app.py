@@ -8,12 +8,12 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI
 from sqlalchemy import Engine
 
-from api.deps import require_reader
-from api.docs import install_docs
-from api.errors import CatchUnhandled, install_error_handlers
-from api.metrics import ApiMetrics, RequestMetrics
-from api.routes import campaigns, deployments, health, metrics
 from autotune import __version__
+from autotune.api.deps import require_reader
+from autotune.api.docs import install_docs
+from autotune.api.errors import CatchUnhandled, install_error_handlers
+from autotune.api.metrics import ApiMetrics, RequestMetrics
+from autotune.api.routes import campaigns, deployments, health, metrics
 from autotune.settings import Settings, get_settings
 from autotune.storage.db import make_engine
 

@@ -12,7 +12,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from api.errors import ApiError
+from autotune.api.errors import ApiError
 from autotune.storage.db import session_scope
 
 # auto_error=False: our own 401/403 in the one error shape, not FastAPI's.

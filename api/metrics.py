@@ -26,7 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from autotune.errors import StorageError
-from autotune.publish import capacity_figures, utc
+from autotune.release.publish import capacity_figures, utc
 from autotune.storage import repo
 from autotune.storage.db import session_scope
 

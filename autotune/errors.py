@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from autotune.vocabulary import FailureClass
+from autotune.domain.vocabulary import FailureClass
 
 
 class AutotuneError(Exception):
@@ -36,7 +36,7 @@ class ConfigError(AutotuneError):
 
 
 class SettingError(ConfigError):
-    """Bad input to a library call (autotune.campaign, autotune.quarterly_job), naming the
+    """Bad input to a library call (autotune.campaign.run, autotune.campaign.quarterly_job), naming the
     settings it concerns as `{setting}` placeholders: str() names them as the library does
     (gpu_count), `render` as a front end does (the CLI's --gpus). Values go in as keywords, so
     braces in them are never read as placeholders."""

@@ -31,11 +31,12 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from autotune.deployment import DEMO
+from autotune.domain.deployment import DEMO
+from autotune.release.publish import publish_trial
 from autotune.storage import repo
 from autotune.storage.db import open_database, session_scope, upgrade
 from autotune.storage.models import Campaign
-from workers.vllm.process import free_port
+from autotune.workers.vllm.process import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 WARMUP_S = 0.5
@@ -80,7 +81,7 @@ def seed(url: str) -> None:
                 capacity_rate_scale=4.0, latency={"ttft_p99_ms": 900.0}, latency_recorded_rate=None,
                 constraints={}, replays=[], failure_class=None, failure_message=None, start_s=1.0,
                 measure_s=1.0, started_at=when, worker={}, telemetry={})
-            repo.publish(s, campaign, trial, period_label="2026Q4", published_by="bench", note=None)
+            publish_trial(s, campaign, trial, period_label="2026Q4", published_by="bench", note=None)
     finally:
         engine.dispose()
 

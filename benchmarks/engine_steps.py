@@ -42,14 +42,14 @@ from pathlib import Path
 
 import httpx
 
-from autotune.engine_config import EngineConfig
+from autotune.domain.engine_config import EngineConfig
 from autotune.errors import ConfigError
+from autotune.measure.tiny_model import make_tiny_model
 from autotune.settings import engine_python_env
-from autotune.tiny_model import make_tiny_model
-from workers.sim.fidelity import CPU, cpu_engine
-from workers.sim.perf import PerfModel
-from workers.sim.profile import Profile, find_profile, load_profile
-from workers.sim.shape import engine_shape
+from autotune.workers.sim.fidelity import CPU, cpu_engine
+from autotune.workers.sim.perf import PerfModel
+from autotune.workers.sim.profile import Profile, find_profile, load_profile
+from autotune.workers.sim.shape import engine_shape
 
 BATCHES, PROMPTS = (1, 2, 4, 8, 16), (200, 400, 700)
 LONE_PROMPT, LONE_REQUESTS = 32, 5  # short prompts alone: their TTFT is mostly the frontend

@@ -6,7 +6,7 @@ them (benchmarks/data/README.md).
 
 Each row is simulated as it was measured (benchmarks/gpu_fidelity_rows.py says how the columns
 are read): the row's model at the row's precision, its TP / attention-DP / EP layout, vLLM's
-default engine arguments for that GPU and GPU count (`autotune.baselines.vllm_defaults` and
+default engine arguments for that GPU and GPU count (`autotune.search.baselines.vllm_defaults` and
 `effective_values`: max_num_seqs, max_num_batched_tokens, chunked prefill, prefix caching,
 gpu_memory_utilization, block size, CUDA-graph capture sizes; max_model_len ISL + OSL + 1500 as
 the rows' harness sets it, see HARNESS_CONTEXT_MARGIN),
@@ -61,14 +61,14 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from autotune.baselines import vllm_defaults
-from autotune.catalogue import Model
-from autotune.deployment import DeploymentSpec
+from autotune.domain.catalogue import Model
+from autotune.domain.deployment import DeploymentSpec
 from autotune.errors import ConfigError, EngineStartError
-from workers.sim.engine import replay_closed_loop, start_perf
-from workers.sim.profile import find_profile
-from workers.sim.shape import engine_shape
-from workers.sim.step_table import ROOFLINE, select_step_model
+from autotune.search.baselines import vllm_defaults
+from autotune.workers.sim.engine import replay_closed_loop, start_perf
+from autotune.workers.sim.profile import find_profile
+from autotune.workers.sim.shape import engine_shape
+from autotune.workers.sim.step_table import ROOFLINE, select_step_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_fidelity_aic as aic

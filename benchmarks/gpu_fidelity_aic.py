@@ -14,7 +14,7 @@ optional extra `autotune[aiconfigurator]`.
 
 Offline, the package reads a model's config.json from those it bundles (aiconfigurator_core/
 model_configs/) and would download any other from Hugging Face. Two judge models are bundled
-under another name of the same architecture (workers.sim.kernels_build.PACKAGE_MODEL_IDS says
+under another name of the same architecture (autotune.workers.sim.kernels_build.PACKAGE_MODEL_IDS says
 which and why); the rows pass their quantisation modes explicitly, so the estimate runs them at
 the row's precision.
 """
@@ -26,7 +26,7 @@ import functools
 import io
 from typing import TYPE_CHECKING, Any
 
-from workers.sim.kernels_build import PACKAGE_MODEL_IDS
+from autotune.workers.sim.kernels_build import PACKAGE_MODEL_IDS
 
 if TYPE_CHECKING:  # a sibling module: benchmarks/ is a folder of scripts, not a package
     from gpu_fidelity_rows import JudgeRow

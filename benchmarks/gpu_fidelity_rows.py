@@ -20,11 +20,11 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from autotune import catalogue
-from autotune.catalogue import GPU, QUANT_FORMATS, Model
+from autotune.domain import catalogue
+from autotune.domain.catalogue import GPU, QUANT_FORMATS, Model
 from autotune.errors import ConfigError
-from workers.sim.kernels_build import system_gpu
-from workers.sim.step_table import layout_name, model_precision
+from autotune.workers.sim.kernels_build import system_gpu
+from autotune.workers.sim.step_table import layout_name, model_precision
 
 JUDGE_CSV = Path(__file__).resolve().parent / "data" / "silicon_sample_vllm_agg.csv"
 

@@ -38,11 +38,11 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-import workers.replay as replay
+import autotune.workers.replay as replay
 from autotune.traffic.formats import load_trace
 from autotune.traffic.prompts import prompt_token_ids
 from autotune.traffic.shape import ShapeSpec, shape
-from workers.vllm.metrics import KV_USAGE, kv_usage_in
+from autotune.workers.vllm.metrics import KV_USAGE, kv_usage_in
 
 ROOT = Path(__file__).resolve().parents[1]
 AZURE_CODE = ROOT / "traces" / "azure_llm_2023_code.csv"

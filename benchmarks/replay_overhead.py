@@ -27,12 +27,12 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from autotune.deployment import DeploymentSpec
-from autotune.engine_config import EngineConfig
+from autotune.domain.deployment import DeploymentSpec
+from autotune.domain.engine_config import EngineConfig
+from autotune.measure.tiny_model import make_tiny_model
 from autotune.settings import engine_python_env
-from autotune.tiny_model import make_tiny_model
 from autotune.traffic.formats import load_trace
-from workers.vllm.backend import VllmBackend
+from autotune.workers.vllm.backend import VllmBackend
 
 ROOT = Path(__file__).resolve().parents[1]
 AZURE_CODE = ROOT / "traces" / "azure_llm_2023_code.csv"
@@ -44,7 +44,7 @@ import json, sys
 import numpy as np
 from autotune.traffic.formats import load_trace
 from autotune.traffic.prompts import prompt_token_ids
-from workers.replay import ReplayPlan, run_replay
+from autotune.workers.replay import ReplayPlan, run_replay
 args = json.loads(sys.argv[1])
 trace = load_trace(args["trace"])
 prompts = [prompt_token_ids(trace, i, vocab_size=args["vocab"], max_prompt_tokens=args["max_prompt"],

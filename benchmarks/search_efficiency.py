@@ -5,14 +5,14 @@ over the same space, median over seeds, all in one run. With both traces, `pct_o
 the mean over the traces of each trace's median over seeds: a median pooled over the two traces
 lands between their modes and says little about either.
 
-The case issue 6 sets: the simulator, 8xH200 serving DeepSeek-V4-Flash (autotune.deployment.DEMO),
+The case issue 6 sets: the simulator, 8xH200 serving DeepSeek-V4-Flash (autotune.domain.deployment.DEMO),
 a chat-like trace (autotune.traffic.synthetic) and a document-like trace (long prompts, short
 outputs, generated here deterministically), each many minutes long at its recorded rate, and an
 SLO per trace (SLOS: a tight TPOT ceiling for chat, a looser one for documents). The space is
 benchmarks/search_efficiency.yaml (the chat space's dimensions that matter there, discretised so
 that the exhaustive grid is affordable).
 
-Every trial is `autotune.capacity.run_trial` on the simulator, the objective the controller uses,
+Every trial is `autotune.measure.capacity.run_trial` on the simulator, the objective the controller uses,
 with the same interaction rules. Capacity is measured on a fixed window (SEARCH.window_s seconds
 of offered traffic at every multiplier), so it is a sustained rate, not how fast a burst drains,
 and bisected to ~1% (six steps below a factor-2 ladder rung) so that configs do not tie at a
@@ -24,7 +24,7 @@ one, skips the grid. A sampler run is the controller's loop in an in-memory stud
 defaults, the guide's heuristic and vLLM's recipe enqueued first, rule breakers told infeasible
 for free (not counted as trials), repeats reuse their measurement (not counted as trials;
 counted apart, `repeats_per_seed`), at most 10 asks per trial, as the controller
-(autotune/study/loop.py) counts them; constraints set on every trial.
+(autotune/campaign/study/loop.py) counts them; constraints set on every trial.
 
 Usage: .venv/bin/python benchmarks/search_efficiency.py [--quick] [--seeds N] [--first-seed K]
 [--jobs N]
@@ -51,25 +51,25 @@ import optuna
 from rich.console import Console
 from rich.table import Table
 
-from autotune.baselines import deployment_args
-from autotune.capacity import run_trial
-from autotune.deployment import DEMO, DeploymentSpec
-from autotune.engine_config import EngineConfig
-from autotune.objective import is_feasible, outcome_constraints, rejected_constraints
-from autotune.records import CapacitySearch, TrialSpec
-from autotune.rules import violations
-from autotune.samplers import make_sampler
-from autotune.slo import parse_slo
-from autotune.space import (
+from autotune.domain.deployment import DEMO, DeploymentSpec
+from autotune.domain.engine_config import EngineConfig
+from autotune.domain.records import CapacitySearch, TrialSpec
+from autotune.domain.slo import parse_slo
+from autotune.measure.capacity import run_trial
+from autotune.search.baselines import deployment_args
+from autotune.search.objective import is_feasible, outcome_constraints, rejected_constraints
+from autotune.search.rules import violations
+from autotune.search.samplers import make_sampler
+from autotune.search.space import (
     baseline_configs,
     config_for,
     deployment_space,
     space_params,
 )
+from autotune.search_spaces import SearchSpace
 from autotune.traffic.synthetic import chat_trace_rows
 from autotune.traffic.trace import Trace
-from search_spaces import SearchSpace
-from workers.sim.backend import SimulatorBackend
+from autotune.workers.sim.backend import SimulatorBackend
 
 SPACE = str(Path(__file__).with_name("search_efficiency.yaml"))
 # Per trace. Chat is latency-sensitive (the chat tier): at a 50 ms TPOT ceiling only raw

@@ -31,15 +31,15 @@ from typing import Any
 
 import numpy as np
 
-from autotune.baselines import guide_heuristic, vllm_defaults
-from autotune.deployment import DEMO, DeploymentSpec
-from autotune.engine_config import EngineConfig
-from autotune.metrics import summarize
-from autotune.records import ReplayResult
+from autotune.domain.deployment import DEMO, DeploymentSpec
+from autotune.domain.engine_config import EngineConfig
+from autotune.domain.records import ReplayResult
+from autotune.measure.metrics import summarize
+from autotune.search.baselines import guide_heuristic, vllm_defaults
 from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import DEMO_TRACE, Trace
-from workers.sim import scheduler as current
-from workers.sim.backend import SimulatorBackend
+from autotune.workers.sim import scheduler as current
+from autotune.workers.sim.backend import SimulatorBackend
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sim_speed import conversation_like_trace

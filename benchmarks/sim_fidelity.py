@@ -27,7 +27,7 @@ rest. Likewise the share of CPU time the hypervisor gave other guests during eac
 
 Steal does not see all of a shared host's drift (in run 16 one pass ran 1.43x another's burst
 throughput with none stolen), so each engine is also timed on lone requests before and after its
-replays (workers.sim.fidelity.HOST_PROBE, the `probe ms` column): the same work under every
+replays (autotune.workers.sim.fidelity.HOST_PROBE, the `probe ms` column): the same work under every
 config. Where every replay was probed, the JSON line also gives the judgement with each replay
 fitted and predicted at its engine's speed against the fitted replays' median (`with_probe`;
 Profile.slowed). Run 17 was to be judged that way, decided before it ran, and it made every
@@ -78,12 +78,12 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from autotune.domain.records import CapacitySearch, Measurement, ReplayResult, percentile_ms
 from autotune.errors import ConfigError
-from autotune.metrics import summarize
-from autotune.records import CapacitySearch, Measurement, ReplayResult, percentile_ms
+from autotune.measure.metrics import summarize
 from autotune.settings import engine_python_env
-from workers.sim.calibrate import STEP_METRICS, calibrate, simulate, step_pairs_ms
-from workers.sim.fidelity import (
+from autotune.workers.sim.calibrate import STEP_METRICS, calibrate, simulate, step_pairs_ms
+from autotune.workers.sim.fidelity import (
     HOST_PROBE,
     HOST_PROBE_DRIFT,
     HOST_STEAL,
@@ -97,7 +97,7 @@ from workers.sim.fidelity import (
     pooled_ttft_p99_ms,
     save_measurements,
 )
-from workers.sim.profile import Profile, find_profile
+from autotune.workers.sim.profile import Profile, find_profile
 
 # Fitted on the first --fit configs, judged on the rest; the ones that matter on a CPU engine:
 # concurrency, the token budget, chunking and the block size.
@@ -428,7 +428,7 @@ def main() -> None:
                       "prefill_step_err_mean": _mean_known(r.prefill_err for r in rows),
                       "repeats": repeats,
                       # What the measured P99 TTFT is: over the repeats' requests pooled (see
-                      # workers.sim.fidelity.pooled_ttft_p99_ms), or the mean of their P99s
+                      # autotune.workers.sim.fidelity.pooled_ttft_p99_ms), or the mean of their P99s
                       # (files saved before each request's TTFT was kept)...
                       "ttft_p99_measured_as": ("pooled" if judged.pooled_groups == len(rows)
                                                else "mean_of_repeats"
@@ -475,7 +475,7 @@ def main() -> None:
                       "send_lag_p99_ms_max": max((round(r.send_lag_ms, 1) for r in rows
                                                   if r.send_lag_ms == r.send_lag_ms),
                                                  default=None),
-                      # The host-speed probe (workers.sim.fidelity.HOST_PROBE): the fitted
+                      # The host-speed probe (autotune.workers.sim.fidelity.HOST_PROBE): the fitted
                       # replays' median, the held-out replays' slowdowns against it, the
                       # largest drift between an engine's two probes, and the headline figures
                       # with each replay at its probed speed (None: not probed).

@@ -31,13 +31,13 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from autotune.baselines import vllm_defaults
-from autotune.deployment import DEMO
-from autotune.metrics import summarize
+from autotune.domain.deployment import DEMO
+from autotune.measure.metrics import summarize
+from autotune.search.baselines import vllm_defaults
 from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import Trace
-from workers.sim.backend import SimulatorBackend
-from workers.sim.step_table import ROOFLINE
+from autotune.workers.sim.backend import SimulatorBackend
+from autotune.workers.sim.step_table import ROOFLINE
 
 # Azure 2023 conversation trace (Patel et al., Splitwise, ISCA 2024): 19,366 requests in one
 # hour; ContextTokens median 1020, mean 1155; GeneratedTokens median 129, mean 211.

@@ -267,7 +267,7 @@ def _keys_table(model: Any) -> str:
 
 
 def space_keys_markdown() -> str:
-    from search_spaces._file_schema import ParamSpec, PinSpec, RuleSpec, SpaceFile
+    from autotune.search_spaces._file_schema import ParamSpec, PinSpec, RuleSpec, SpaceFile
 
     return "\n".join(["### Top-level keys", "", _keys_table(SpaceFile), "",
                       "### Parameter keys", "", _keys_table(ParamSpec), "",
@@ -276,9 +276,9 @@ def space_keys_markdown() -> str:
 
 
 def space_names_markdown() -> str:
-    from autotune import parallelism
-    from autotune.deployment import RULE_CONTEXT_NAMES
-    from autotune.engine_config import EngineConfig
+    from autotune.domain import parallelism
+    from autotune.domain.deployment import RULE_CONTEXT_NAMES
+    from autotune.domain.engine_config import EngineConfig
 
     _check_documented("deployment fact", FACTS, set(RULE_CONTEXT_NAMES))
     rows = [(f"`{parallelism.PARAM}`", "categorical of " + ", ".join(
@@ -321,7 +321,7 @@ def _param_summary(p: Any) -> str:
 
 
 def builtin_spaces_markdown() -> str:
-    from search_spaces import _schema
+    from autotune.search_spaces import _schema
 
     out = []
     for name in _schema.builtin_names():
@@ -340,7 +340,7 @@ def builtin_spaces_markdown() -> str:
 
 
 def rules_markdown() -> str:
-    from search_spaces import load_pins_file, load_rules_file
+    from autotune.search_spaces import load_pins_file, load_rules_file
 
     # A list, not a table: each rule carries an expression, a message and a source.
     out = ["### Rules", ""]
@@ -358,7 +358,7 @@ def rules_markdown() -> str:
 
 # -- catalogue ------------------------------------------------------------------------------------
 def catalogue_markdown() -> str:
-    from autotune import catalogue
+    from autotune.domain import catalogue
 
     gpus = [(f"`{g.name}`", g.device, f"{g.memory_gib:g}", f"{g.hbm_tb_s:g}",
              f"{g.bf16_tflops:g} / {g.fp8_tflops:g}", f"{g.link_gb_s:g}",
@@ -368,8 +368,8 @@ def catalogue_markdown() -> str:
                f"{m.max_context:,}", f"{m.dense_quant} / {m.expert_quant}",
                "yes" if m.mtp else "no", f"`{m.hf_id}`" if m.hf_id else "none",
                _cell(m.source)) for m in catalogue.MODELS.values()]
-    from autotune.model_config import read_model_config
-    from autotune.model_sources import QUANT_SUFFIX, SUFFIX, VENDORED
+    from autotune.domain.model_config import read_model_config
+    from autotune.domain.model_sources import QUANT_SUFFIX, SUFFIX, VENDORED
 
     vendored = []  # the configs shipped in the package (not the aiconfigurator extra's)
     for path in sorted(VENDORED.glob(f"*{SUFFIX}")):
@@ -433,7 +433,7 @@ def _response_rows(responses: dict[str, Any]) -> list[tuple[str, ...]]:
 
 
 def openapi_document() -> dict[str, Any]:
-    from api.app import create_app
+    from autotune.api.app import create_app
     from autotune.settings import ApiSettings, Settings
 
     # Making the app touches no database; the file is never created. Reads open, as by default.

@@ -5,9 +5,9 @@ This package is data plus a small schema: it never imports autotune.
 
 from __future__ import annotations
 
-from search_spaces._file_schema import SpaceFile, space_schema_text
-from search_spaces._rules import Pin, Rule, RuleError, pinned_values
-from search_spaces._schema import (
+from autotune.search_spaces._file_schema import SpaceFile, space_schema_text
+from autotune.search_spaces._rules import Pin, Rule, RuleError, pinned_values
+from autotune.search_spaces._schema import (
     Param,
     SearchSpace,
     SpaceError,

@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from search_spaces._accuracy import same_value
+from autotune.search_spaces._accuracy import same_value
 
 TYPES = ("int", "float", "categorical", "bool")
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"

@@ -49,8 +49,8 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from search_spaces._accuracy import builtin_changes, decoded, same_value
-from search_spaces._file_schema import (
+from autotune.search_spaces._accuracy import builtin_changes, decoded, same_value
+from autotune.search_spaces._file_schema import (
     ParamSpec,
     PinSpec,
     RulesFile,
@@ -59,7 +59,7 @@ from search_spaces._file_schema import (
     SpaceFile,
     validated,
 )
-from search_spaces._rules import Expr, Pin, Rule, RuleError, pinned_values
+from autotune.search_spaces._rules import Expr, Pin, Rule, RuleError, pinned_values
 
 SPACES_DIR = Path(__file__).parent / "spaces"
 RULES_FILE = SPACES_DIR / "rules.yaml"

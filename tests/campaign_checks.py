@@ -9,8 +9,8 @@ import sqlalchemy as sa
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.orm import Session
 
-from autotune import optuna_keys as keys
-from autotune.baselines import BASELINES
+from autotune.domain import optuna_keys as keys
+from autotune.search.baselines import BASELINES
 from autotune.storage.models import Campaign, Deployment, Trial
 
 

@@ -15,8 +15,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from autotune.storage.models import Confirmation, Trial
+from autotune.workers.vllm.process import free_port
 from tests.conftest import AUTOTUNE, run_cli
-from workers.vllm.process import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from autotune.baselines import BASELINES
+from autotune.search.baselines import BASELINES
 from autotune.storage.models import Campaign, Trial
 from autotune.traffic.formats import load_trace
 from autotune.traffic.synthetic import write_jsonl

@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session
 from autotune.storage.models import Trial
 from autotune.traffic.formats import load_trace
 from autotune.traffic.synthetic import write_jsonl
+from autotune.workers.vllm.process import free_port
 from tests.conftest import AUTOTUNE, engine_python, get_json, public_trace, run_cli, vllm_processes
-from workers.vllm.process import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -14,10 +14,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _packages_in_tree() -> set[str]:
-    """Every folder with an __init__.py under the project's top-level packages."""
-    return {".".join(init.parent.relative_to(ROOT).parts)
-            for top in ("autotune", "search_spaces", "workers", "api")
-            for init in (ROOT / top).rglob("__init__.py")}
+    """Every folder with an __init__.py under autotune/, the symlinked workers/, api/ and
+    search_spaces/ included (rglob does not follow symlinks, so they are walked by name)."""
+    linked = ("workers", "api", "search_spaces")
+    assert all((ROOT / "autotune" / name).is_symlink() for name in linked)
+    found = {".".join(init.parent.relative_to(ROOT).parts)
+             for init in (ROOT / "autotune").rglob("__init__.py")}
+    found |= {"autotune." + ".".join(init.parent.relative_to(ROOT).parts)
+              for top in linked for init in (ROOT / top).rglob("__init__.py")}
+    return found
 
 
 def test_every_package_of_the_tree_is_listed() -> None:
@@ -39,5 +44,9 @@ def test_the_wheel_carries_the_migrations(tmp_path: Path) -> None:
     assert versions
     assert {f"autotune/migrations/versions/{v}" for v in versions} <= names
     assert {"autotune/migrations/env.py", "autotune/migrations/script.py.mako",
-            "autotune/data/recipes.yaml", "search_spaces/spaces/rules.yaml"} <= names
-    assert not any(n.startswith("alembic/") for n in names)  # never shadows the library
+            "autotune/data/recipes.yaml", "autotune/search_spaces/spaces/rules.yaml",
+            "autotune/workers/sim/profiles/gpu.yaml", "autotune/release/report/templates/report.html.j2"
+            } <= names
+    # Nothing under a generic top-level name: never shadows the alembic library, nor a user's
+    # own `api` or `workers`.
+    assert {n.split("/")[0] for n in names if "/" in n} == {"autotune", "autotune-0.1.0.dist-info"}

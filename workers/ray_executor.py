@@ -13,7 +13,7 @@ A worker process or node lost mid-trial (RayActorError, a worker crash) comes ba
 wherever Ray places it, and counts only a config's own failures against it.
 
 A trial's progress events (its capacity search's steps) come back through
-workers.ray_progress and reach the driver's progress sink from `wait`, in the controller's
+autotune.workers.ray_progress and reach the driver's progress sink from `wait`, in the controller's
 thread, as an inline trial's do.
 """
 
@@ -24,11 +24,11 @@ import os
 import socket
 from typing import Any
 
-from autotune import progress
+from autotune.domain.records import TrialOutcome, TrialSpec
+from autotune.domain.vocabulary import FailureClass
 from autotune.errors import ConfigError, InfrastructureError
-from autotune.executors import Executor, execute_trial
-from autotune.records import TrialOutcome, TrialSpec
-from autotune.vocabulary import FailureClass
+from autotune.measure import progress
+from autotune.measure.executors import Executor, execute_trial
 
 try:
     import ray
@@ -41,9 +41,9 @@ except ModuleNotFoundError as exc:  # Ray is the `ray` extra; a Ray broken insid
                       "needs Ray, which is not installed: pip install 'autotune[ray]'") from None
 
 # After the check above: it imports Ray too.
-from workers.ray_progress import DriverInbox, WorkerRelay
+from autotune.workers.ray_progress import DriverInbox, WorkerRelay
 
-log = logging.getLogger("autotune.executors.ray")
+log = logging.getLogger("autotune.measure.executors.ray")
 
 
 @ray.remote(num_cpus=0)

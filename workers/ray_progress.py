@@ -1,6 +1,6 @@
 """Progress events of trials on Ray workers, carried back to the driver.
 
-A trial's capacity search runs in its worker process, where `autotune.progress.emit` has no
+A trial's capacity search runs in its worker process, where `autotune.measure.progress.emit` has no
 sink of the driver's. The worker sends each event to a small inbox actor, fire and forget (a
 lost event, or an inbox that is gone, never holds up or fails a trial); the driver keeps one
 `take` call pending on the inbox and waits on it alongside its trials, so an event reaches the
@@ -19,9 +19,9 @@ from typing import Any
 import ray
 from ray.exceptions import RayError
 
-from autotune import progress
+from autotune.measure import progress
 
-log = logging.getLogger("autotune.executors.ray")
+log = logging.getLogger("autotune.measure.executors.ray")
 
 # Events kept for a driver that does not read them (a few per replay, so many trials' worth):
 # the oldest go first; memory stays bounded.

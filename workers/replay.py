@@ -36,8 +36,8 @@ from multiprocessing import get_context
 import aiohttp
 import numpy as np
 
-from autotune.records import ReplayResult
-from autotune.step_timings import step_times
+from autotune.domain.records import ReplayResult
+from autotune.domain.step_timings import step_times
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query
 
-from api.deps import SessionDep
-from api.schemas import (
+from autotune.api.deps import SessionDep
+from autotune.api.schemas import (
     MAX_DB_INT,
     CampaignList,
     CampaignSummary,
@@ -15,7 +15,7 @@ from api.schemas import (
     error_docs,
 )
 from autotune.errors import NotFoundError
-from autotune.publish import utc
+from autotune.release.publish import utc
 from autotune.storage import repo
 from autotune.storage.models import Campaign
 

@@ -6,12 +6,12 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from api.deps import SessionDep, WriterDep
-from api.schemas import ConfigResponse, HistoryEntry, HistoryResponse, PublishRequest, error_docs
 from autotune import __version__
-from autotune.deployment import NAME_MAX_LENGTH, NAME_PATTERN
+from autotune.api.deps import SessionDep, WriterDep
+from autotune.api.schemas import ConfigResponse, HistoryEntry, HistoryResponse, PublishRequest, error_docs
+from autotune.domain.deployment import NAME_MAX_LENGTH, NAME_PATTERN
 from autotune.errors import NotFoundError
-from autotune.publish import config_document, publish_campaign, utc
+from autotune.release.publish import config_document, publish_campaign, publish_trial, utc
 from autotune.storage import repo
 from autotune.storage.models import Publication
 
@@ -89,8 +89,8 @@ def rollback(name: Name, session: SessionDep, writer: WriterDep) -> ConfigRespon
     if len(pubs) < 2:
         raise NotFoundError(f"deployment {name!r} has no earlier publication to roll back to")
     current, previous = pubs[0], pubs[1]
-    pub = repo.publish(session, previous.campaign, previous.trial,
-                       period_label=previous.period_label, published_by=writer,
-                       served=config_document(previous)["served_model"],
-                       note=f"rollback from trial {current.trial.number} of {current.campaign.name}")
+    pub = publish_trial(session, previous.campaign, previous.trial,
+                        period_label=previous.period_label, published_by=writer,
+                        served=config_document(previous)["served_model"],
+                        note=f"rollback from trial {current.trial.number} of {current.campaign.name}")
     return ConfigResponse(**config_document(pub))

@@ -4,9 +4,9 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from api.deps import EngineDep
-from api.errors import ApiError
-from api.schemas import ErrorResponse, Health
+from autotune.api.deps import EngineDep
+from autotune.api.errors import ApiError
+from autotune.api.schemas import ErrorResponse, Health
 from autotune.errors import StorageError
 from autotune.storage.db import UPGRADE_HINT, current_revision, head_revision
 

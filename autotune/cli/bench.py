@@ -1,5 +1,5 @@
 """`autotune bench sweep`: a closed-loop concurrency sweep on the simulator or a real engine,
-named to sit beside `vllm bench sweep` (autotune.sweep)."""
+named to sit beside `vllm bench sweep` (autotune.measure.sweep)."""
 
 from __future__ import annotations
 
@@ -116,12 +116,12 @@ def sweep(
     serve's figures: request and output token throughput, TTFT, TPOT, ITL and E2E mean, median
     and P99, and for a real engine its decode step times."""
     from autotune.atomic import atomic_write_text
-    from autotune.backend_options import backend_options
-    from autotune.backends import load_backend
     from autotune.cli.main import _settings
-    from autotune.deployment import DeploymentSpec
-    from autotune.engine_config import EngineConfig
-    from autotune.sweep import SweepLoad, parse_concurrencies, run_sweep, sweep_record
+    from autotune.domain.deployment import DeploymentSpec
+    from autotune.domain.engine_config import EngineConfig
+    from autotune.measure.backend_options import backend_options
+    from autotune.measure.backends import load_backend
+    from autotune.measure.sweep import SweepLoad, parse_concurrencies, run_sweep, sweep_record
     from autotune.traffic.formats import load_trace
 
     # Everything is checked before an engine starts: a bad value costs nothing.

@@ -4,7 +4,7 @@ Capacities are output tokens per second, named by the figure they are: `search` 
 measurement of the search), `confirmed_mean` and `confirmed_lcb` (mean and 90% lower confidence
 bound over the confirmation re-runs; null where the config was not confirmed). A gain is in
 percent over the other config: `search` from the two single measurements, the confirmed ones as
-autotune.gains computes them (like with like: the same seeds).
+autotune.release.gains computes them (like with like: the same seeds).
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from autotune import accuracy, gains
-from autotune.baselines import BASELINES
-from autotune.engine_config import EngineConfig
-from autotune.publish import utc
+from autotune.domain.engine_config import EngineConfig
+from autotune.domain.vocabulary import RecordState
+from autotune.release import gains
+from autotune.release.publish import utc
+from autotune.search import accuracy
+from autotune.search.baselines import BASELINES
 from autotune.storage import repo
 from autotune.storage.models import Campaign, Confirmation, Publication, Trial
-from autotune.vocabulary import RecordState
 
 
 def _time(value: datetime | None) -> str | None:
@@ -47,7 +48,7 @@ def _gain_pct(winner: float | None, other: float | None) -> float | None:
 def _gains(win_trial: Trial, win_conf: Confirmation | None, base_trial: Trial,
            base_conf: Confirmation | None) -> dict[str, float | None]:
     """The winner's gain over a baseline in percent: from the search's single measurements,
-    and from the confirmation runs (autotune.gains: on the mean, its 90% CI half-width, and
+    and from the confirmation runs (autotune.release.gains: on the mean, its 90% CI half-width, and
     the winner's LCB over the baseline's mean) where both were confirmed."""
     confirmed = (gains.gain(gains.Runs.of(win_conf), gains.Runs.of(base_conf))
                  if win_conf is not None and base_conf is not None else None)
@@ -127,7 +128,7 @@ def campaign_result(session: Session, campaign: Campaign, *,
 
 
 def path_result(row: Any) -> dict[str, Any]:
-    """One path of `tune --per-path --json` (an autotune.per_path.PathSummary)."""
+    """One path of `tune --per-path --json` (an autotune.campaign.per_path.PathSummary)."""
     return {"path": row.path, "deployment": row.deployment, "requests": row.requests,
             "of_requests": row.of_requests, "skipped": row.skipped, "search_space": row.space,
             "slo": row.slo, "winner_trial": row.winner_trial,

@@ -1,9 +1,9 @@
 """Campaign progress for a person: a live view in a terminal, one log line per event elsewhere.
 
-Both follow the controller's observer hooks and autotune.progress events: trials in flight with
+Both follow the controller's observer hooks and autotune.measure.progress events: trials in flight with
 their capacity-search step, offered rate and elapsed time (a trial on a Ray worker too: the
 executor carries its steps back), the confirmation's runs, and an estimate of the time left
-(autotune.eta).
+(autotune.campaign.eta).
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from autotune import eta, progress
-from autotune.baselines import BASELINES
+from autotune.campaign import eta
+from autotune.campaign.study import CampaignRequest, Observer, TrialRecord
 from autotune.cli.render import trial_table
-from autotune.study import CampaignRequest, Observer, TrialRecord
-from autotune.vocabulary import RecordState, Role
+from autotune.domain.vocabulary import RecordState, Role
+from autotune.measure import progress
+from autotune.search.baselines import BASELINES
 
 
 @dataclass

@@ -20,8 +20,8 @@ from autotune.cli.quarterly import quarterly
 from autotune.cli.sim import GPU_HELP, MODEL_HELP, sim_app, simulate
 from autotune.cli.space import space_app
 from autotune.cli.traffic import traffic_app
+from autotune.domain.slo import DEFAULT_SLO
 from autotune.errors import AutotuneError, ConfigError, SettingError
-from autotune.slo import DEFAULT_SLO
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None,
@@ -212,9 +212,9 @@ def tune(
     deployment) are refused, naming what differs, unless --new-campaign; another --sampler is
     not refused, but said in a warning line (a resumed campaign continues with it).
     Exit code 0 once the campaign completes, whatever stopped its search; 2 bad input."""
-    from autotune.campaign import run_campaign
+    from autotune.campaign.requests import TuneRequest
+    from autotune.campaign.run import run_campaign
     from autotune.cli.tune_output import TuneOutput, render_paths
-    from autotune.run_requests import TuneRequest
 
     settings = _settings()
     _setup_logging(settings.log_level)
@@ -260,7 +260,7 @@ def check_config(
     `... -- --tensor-parallel-size 8 --block-size 16`. Prints the rules it breaks and the values
     vLLM will use. Exit 0: vLLM would start it (rules known to be slow are warnings); 1: a rule
     says vLLM refuses it; 2: bad input."""
-    from autotune import check
+    from autotune.search import check
 
     if (yaml_file is None) == (not ctx.args):
         raise ConfigError("give the config either as --yaml FILE or as engine arguments after "
@@ -300,7 +300,7 @@ def publish(
     import getpass
 
     from autotune.cli import json_views
-    from autotune.publish import publish_campaign
+    from autotune.release.publish import publish_campaign
     from autotune.storage.db import session_scope
 
     engine, _ = _db()
@@ -308,7 +308,7 @@ def publish(
         if trial is not None:
             raise ConfigError("--trial names one trial of one campaign; publish a path's trial "
                               "with --deployment DEPLOYMENT.PATH --trial N")
-        from autotune.per_path import publish_paths
+        from autotune.campaign.per_path import publish_paths
 
         with session_scope(engine) as s:
             pubs = publish_paths(s, campaign, deployment=deployment, period_label=period,
@@ -347,7 +347,7 @@ def report(
     """Write a campaign's HTML report: latency against offered load, latency distributions and
     tokens/s per GPU against per user, the winner beside the incumbent and baselines, every
     trial; with CSV and JSON exports of trials and replays."""
-    from autotune.report import INDEX, find_campaign, gather, write_report
+    from autotune.release.report import INDEX, find_campaign, gather, write_report
     from autotune.storage.db import session_scope
 
     engine, url = _db()
@@ -405,7 +405,7 @@ def api(
     """Serve the REST API for published configs."""
     import uvicorn
 
-    from api.app import create_app
+    from autotune.api.app import create_app
 
     settings = _settings()
     _db(settings.database_url)[0].dispose()  # refuse to start on an unusable database
@@ -435,8 +435,8 @@ def models_list(
     """The models --model knows by name: the catalogue's hand-checked entries and the Hugging
     Face ids with a bundled config.json (vendored, or the aiconfigurator extra's). A model
     directory or a config.json path works too."""
-    from autotune import catalogue
-    from autotune.model_sources import bundled_ids
+    from autotune.domain import catalogue
+    from autotune.domain.model_sources import bundled_ids
 
     hand = {m.name: m.hf_id for m in catalogue.MODELS.values()}
     bundled = {hf_id: str(path) for hf_id, path in bundled_ids().items()
@@ -465,7 +465,7 @@ def models_make_tiny(
 ) -> None:
     """Write a tiny Llama model (config and a locally trained tokenizer) for CPU engines; serve it
     with --load-format dummy."""
-    from autotune.tiny_model import make_tiny_model
+    from autotune.measure.tiny_model import make_tiny_model
 
     path = make_tiny_model(directory, vocab_size=vocab_size,
                            max_position_embeddings=max_position_embeddings, seed=seed)
@@ -484,7 +484,7 @@ def models_make_dummy(
     """Write a model directory with a real model's config and a locally trained tokenizer of
     its vocabulary size, no weights: `vllm serve DIR --load-format dummy` then runs that
     model's kernels at full size, offline (the GPU check's 8B engine)."""
-    from autotune.dummy_model import make_dummy_model
+    from autotune.measure.dummy_model import make_dummy_model
 
     path = make_dummy_model(directory, config, seed=seed)
     console.print(f"wrote a dummy-weight model of {config} to {path} (serve with "

@@ -1,4 +1,4 @@
-"""`autotune quarterly`: the scheduled re-tune of one deployment (see autotune.quarterly)."""
+"""`autotune quarterly`: the scheduled re-tune of one deployment (see autotune.campaign.quarterly)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from autotune.errors import (
     StorageError,
 )
 
-log = logging.getLogger("autotune.quarterly")
+log = logging.getLogger("autotune.campaign.quarterly")
 
 HELP = """Re-tune a deployment for this quarter and publish the winner if it beats the incumbent.
 
@@ -78,11 +78,11 @@ def quarterly(
 ) -> None:
     from sqlalchemy.exc import OperationalError
 
+    from autotune.campaign.quarterly import EXIT_BUSY, EXIT_INFRA
+    from autotune.campaign.quarterly_job import run_quarterly
+    from autotune.campaign.requests import QuarterlyRequest
     from autotune.cli import output
     from autotune.cli.main import _settings, _setup_logging, console, err
-    from autotune.quarterly import EXIT_BUSY, EXIT_INFRA
-    from autotune.quarterly_job import run_quarterly
-    from autotune.run_requests import QuarterlyRequest
 
     settings = _settings()
     _setup_logging(settings.log_level)
@@ -117,7 +117,7 @@ quarterly.__doc__ = HELP
 
 
 class QuarterlyOutput:
-    """autotune.quarterly_job.QuarterlyOutput on the terminal (stdout) and stderr; `view` holds
+    """autotune.campaign.quarterly_job.QuarterlyOutput on the terminal (stdout) and stderr; `view` holds
     the --json object once the decision is shown."""
 
     def __init__(self, console: Console, err: Console) -> None:

@@ -6,10 +6,10 @@ from typing import Any
 
 from rich.table import Table
 
-from autotune import gains
-from autotune.parallelism import Strategy
-from autotune.trial_record import TrialRecord
-from autotune.vocabulary import RecordState
+from autotune.domain.parallelism import Strategy
+from autotune.domain.trial_record import TrialRecord
+from autotune.domain.vocabulary import RecordState
+from autotune.release import gains
 
 TUNED = ("max_num_seqs", "max_num_batched_tokens", "block_size", "enable_chunked_prefill",
          "gpu_memory_utilization", "enable_prefix_caching")
@@ -104,7 +104,7 @@ def confirmation_table(rows: list[Any]) -> Table:
 
 def comparison_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
     """The winner beside the baselines: one column per config. Where the winner was confirmed,
-    capacities and gains are the confirmed ones (autotune.gains); the search's single
+    capacities and gains are the confirmed ones (autotune.release.gains); the search's single
     measurement is shown for what it is."""
     confirmed = bool(rows) and rows[0][1].get("confirmed") is not None
     table = Table(title="Winner beside the baselines" + (
@@ -156,7 +156,7 @@ def comparison_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
 
 
 def per_path_table(rows: list[Any]) -> Table:
-    """One column per path (autotune.per_path.PathSummary): its config beside the whole
+    """One column per path (autotune.campaign.per_path.PathSummary): its config beside the whole
     trace's single config measured on the same sub-trace and seeds."""
     table = Table(title="Per-path configs beside the single config (capacity on each path's "
                         "sub-trace: confirmed mean, same seeds)", title_justify="left")

@@ -11,14 +11,14 @@ from typing import Any
 
 from rich.console import Console
 
-from autotune import accuracy, gains
-from autotune.baselines import BASELINES
 from autotune.cli.render import comparison_table, confirmation_table, trial_table
-from autotune.engine_config import EngineConfig
+from autotune.domain.engine_config import EngineConfig
+from autotune.domain.vocabulary import RecordState
+from autotune.release import gains
+from autotune.search import accuracy
+from autotune.search.baselines import BASELINES
 from autotune.storage import repo
 from autotune.storage.models import Campaign, Trial
-from autotune.trial_record import TrialRecord
-from autotune.vocabulary import RecordState
 
 
 def _row(t: Trial, campaign: Campaign) -> dict[str, Any]:
@@ -73,7 +73,7 @@ def print_campaign_result(console: Console, campaign: Campaign, url: str) -> Non
     trials = repo.measured_trials(campaign)  # a screening's simulated ones are not ranked here
     measured = [t for t in trials if t.state != RecordState.REJECTED]
     screened = len(campaign.trials) - len(trials)
-    console.print(trial_table([TrialRecord.of_row(t) for t in sorted(
+    console.print(trial_table([repo.trial_record(t) for t in sorted(
         measured, key=lambda t: -t.capacity_output_tok_s)[:10]],
         f"Top trials of {campaign.study_name} ({len(measured)} measured on {campaign.backend}, "
         f"{len(trials) - len(measured)} rejected by interaction rules, "

@@ -13,7 +13,7 @@ from rich.table import Table
 from autotune.cli import output
 from autotune.errors import ConfigError
 
-# What --model and --gpu take (autotune.catalogue.model / gpu resolve them).
+# What --model and --gpu take (autotune.domain.catalogue.model / gpu resolve them).
 MODEL_HELP = ("Model: a catalogue name, a Hugging Face id with a bundled config.json "
               "(`autotune models list`), a model directory or a config.json path.")
 GPU_HELP = "GPU (catalogue name, or its short form: H100, H200, B200, B300, A100, L40S)."
@@ -69,11 +69,11 @@ def simulate(
 ) -> None:
     """Replay a trace once on the simulator (open loop), or run closed-loop clients against it
     (--max-concurrency), and print the latency summary (the same fields as a real trial's)."""
-    from autotune.backends import load_backend
-    from autotune.baselines import effective_values
-    from autotune.deployment import DeploymentSpec
-    from autotune.engine_config import EngineConfig
-    from autotune.metrics import summarize
+    from autotune.domain.deployment import DeploymentSpec
+    from autotune.domain.engine_config import EngineConfig
+    from autotune.measure.backends import load_backend
+    from autotune.measure.metrics import summarize
+    from autotune.search.baselines import effective_values
     from autotune.traffic.formats import load_trace
     from autotune.traffic.load import ClosedLoop, Load, OpenLoop
 
@@ -143,9 +143,9 @@ def calibrate(
 ) -> None:
     """Fit the simulator's profile for a campaign's GPU and model to its measured replays,
     report the fit error, and save the profile under the next version."""
-    from autotune.backends import backend_class
-    from autotune.calibration.measurements import campaign_measurements
     from autotune.cli.main import _db, _settings
+    from autotune.measure.backends import backend_class
+    from autotune.measure.calibration.measurements import campaign_measurements
     from autotune.storage import repo
     from autotune.storage.db import session_scope
 
@@ -206,9 +206,9 @@ def fit_cpu_cmd(
 
     from autotune.atomic import atomic_write_text
     from autotune.cli.main import _settings
-    from autotune.deployment import DeploymentSpec
-    from workers.sim.fit_cpu import check_record, fit_cpu, tpot_check
-    from workers.sim.profile import find_profile, load_profile, profile_filename, save_profile
+    from autotune.domain.deployment import DeploymentSpec
+    from autotune.workers.sim.fit_cpu import check_record, fit_cpu, tpot_check
+    from autotune.workers.sim.profile import find_profile, load_profile, profile_filename, save_profile
 
     try:
         record = json.loads(sweep.read_text())
@@ -296,10 +296,10 @@ def kernels_build(
     of decode and prefill batches and write one step-time table per layout. Needs the
     optional extra: pip install 'autotune[aiconfigurator]'. Offline: the simulator reads the
     tables, never the package."""
-    from autotune import catalogue
-    from workers.sim.kernels_build import KernelsUnavailable, build_table, write_table
-    from workers.sim.kernels_compose import compose_table
-    from workers.sim.step_table import TABLES_DIR, StepTable, model_precision, parse_layout
+    from autotune.domain import catalogue
+    from autotune.workers.sim.kernels_build import KernelsUnavailable, build_table, write_table
+    from autotune.workers.sim.kernels_compose import compose_table
+    from autotune.workers.sim.step_table import TABLES_DIR, StepTable, model_precision, parse_layout
 
     gpu_info, model_info = catalogue.gpu(gpu), catalogue.model(model)
     try:

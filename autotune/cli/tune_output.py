@@ -1,4 +1,4 @@
-"""How `autotune tune` shows a campaign that autotune.campaign runs: its lines, the live view,
+"""How `autotune tune` shows a campaign that autotune.campaign.run runs: its lines, the live view,
 the result, the per-path table; and the --json object it builds on the way."""
 
 from __future__ import annotations
@@ -9,17 +9,17 @@ from typing import Any
 from rich.console import Console
 from sqlalchemy.orm import Session
 
+from autotune.campaign.per_path import PathSummary
 from autotune.cli import json_views
 from autotune.cli.live import progress_observer
 from autotune.cli.render import per_path_table
 from autotune.cli.report import print_campaign_result
-from autotune.engine_config import EngineConfig
-from autotune.per_path import PathSummary
+from autotune.domain.engine_config import EngineConfig
 from autotune.storage.models import Campaign
 
 
 class TuneOutput:
-    """autotune.campaign.CampaignOutput on the terminal (stdout) and stderr; `view` holds the
+    """autotune.campaign.run.CampaignOutput on the terminal (stdout) and stderr; `view` holds the
     main campaign's --json object once its result is shown."""
 
     def __init__(self, console: Console, err: Console) -> None:

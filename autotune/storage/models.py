@@ -70,7 +70,7 @@ class Campaign(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     wall_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     message: Mapped[str | None] = mapped_column(Text, nullable=True)
-    # The job running the campaign (autotune.resume.Lease): its token, and a counter it bumps
+    # The job running the campaign (autotune.campaign.resume.Lease): its token, and a counter it bumps
     # every heartbeat. A counter that stops moving means the job is dead; no clocks compared.
     lease_owner: Mapped[str | None] = mapped_column(String(200), nullable=True)
     lease_renewals: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
@@ -88,7 +88,7 @@ class Campaign(Base):
     decision: Mapped[str | None] = mapped_column(String(30), nullable=True)
     decision_note: Mapped[str | None] = mapped_column(Text, nullable=True)
     decided_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    # Multi-fidelity (autotune.multifidelity): the simulator that screened the search space
+    # Multi-fidelity (autotune.campaign.multifidelity): the simulator that screened the search space
     # and how many of its best configs `backend` measured; None for a one-backend campaign.
     screen_backend: Mapped[str | None] = mapped_column(String(50), nullable=True)
     screen_top: Mapped[int | None] = mapped_column(Integer, nullable=True)
@@ -139,7 +139,7 @@ class Trial(Base):
 
 
 class Confirmation(Base):
-    """One config's confirmation: R re-runs with other arrival seeds (autotune.confirm)."""
+    """One config's confirmation: R re-runs with other arrival seeds (autotune.campaign.confirm)."""
 
     __tablename__ = "autotune_confirmations"
     __table_args__ = (UniqueConstraint("campaign_id", "trial_id"),)
@@ -179,11 +179,11 @@ class Publication(Base):
     published_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     published_by: Mapped[str] = mapped_column(String(100))
     note: Mapped[str | None] = mapped_column(Text, nullable=True)
-    # The `model` its YAML names, fixed when published (autotune.publish.served_model); None in
+    # The `model` its YAML names, fixed when published (autotune.release.publish.served_model); None in
     # publications made before it was recorded.
     served_model: Mapped[str | None] = mapped_column(String(1000), nullable=True)
     # Its values that change the model's numerics, judged when published
-    # (autotune.accuracy.NumericsChange.as_json); None in publications made before.
+    # (autotune.search.accuracy.NumericsChange.as_json); None in publications made before.
     accuracy_affecting: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
 
     deployment: Mapped[Deployment] = relationship()

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from autotune import catalogue
-from autotune.deployment import DeploymentSpec
+from autotune.domain import catalogue
+from autotune.domain.deployment import DeploymentSpec
+from autotune.domain.trial_record import TrialRecord
 from autotune.errors import ConfigError, NotFoundError
 from autotune.storage.models import (
     Campaign,
@@ -145,19 +146,17 @@ def served_model(dep: Deployment) -> str | None:
 
 
 def publish(session: Session, campaign: Campaign, trial: Trial, *, period_label: str,
-            published_by: str, note: str | None,
+            published_by: str, note: str | None, accuracy_affecting: list[dict[str, Any]],
             served: str | None = None) -> Publication:
     """A new current publication; `served`: the model it names (default: the deployment's now,
-    fixed here so that a later campaign with another model path leaves it as published). Its
-    numerics changes are judged now and kept, so its document never changes after."""
-    from autotune.accuracy import campaign_changes
-
-    changes = [c.as_json() for c in campaign_changes(campaign, trial.engine_config)]
+    fixed here so that a later campaign with another model path leaves it as published);
+    `accuracy_affecting`: its numerics changes, judged by the caller now and kept, so its
+    document never changes after (release.publish.publish_trial judges them)."""
     pub = Publication(deployment_id=campaign.deployment_id, campaign_id=campaign.id,
                       trial_id=trial.id, engine_config=dict(trial.engine_config),
                       period_label=period_label, published_at=now(), published_by=published_by,
                       note=note, served_model=served or served_model(campaign.deployment),
-                      accuracy_affecting=changes)
+                      accuracy_affecting=accuracy_affecting)
     session.add(pub)
     session.flush()
     return pub
@@ -240,3 +239,13 @@ def traces_for(session: Session, deployment: Deployment | None,
     return list(session.scalars(query.order_by(TraceFile.end_epoch_s.desc().nulls_last(),
                                                TraceFile.registered_at.desc(),
                                                TraceFile.id.desc())))
+
+
+def trial_record(row: Trial) -> TrialRecord:
+    """The record of a stored trial (a resumed campaign's, or a finished one's report)."""
+    return TrialRecord(number=row.number, role=row.role, state=row.state, feasible=row.feasible,
+                       capacity_output_tok_s=row.capacity_output_tok_s,
+                       config=dict(row.engine_config), repeat_of=row.repeat_of,
+                       latency=row.latency, failure_class=row.failure_class,
+                       failure_message=row.failure_message, constraints=dict(row.constraints),
+                       fidelity=row.fidelity)

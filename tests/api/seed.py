@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autotune.deployment import DEMO
+from autotune.domain.deployment import DEMO
+from autotune.release.publish import publish_trial
 from autotune.storage import repo
 from autotune.storage.db import open_database, session_scope, upgrade
 from autotune.storage.models import Campaign
@@ -56,7 +57,7 @@ def seed_database(url: str, *, publish: bool = True) -> Seeded:
             best = repo.best_trial(campaign)
             assert best is not None
             if publish:
-                repo.publish(s, campaign, best, period_label="2026Q4", published_by="seed",
+                publish_trial(s, campaign, best, period_label="2026Q4", published_by="seed",
                              note="seeded")
             return Seeded(url=url, deployment=dep.name, campaign=campaign.name,
                           campaign_id=campaign.id, published_trial=best.number,

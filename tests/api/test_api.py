@@ -8,15 +8,15 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from api.app import create_app
-from autotune.deployment import DEMO
-from autotune.engine_config import EngineConfig
-from autotune.executors import InlineExecutor
-from autotune.publish import publish_campaign
+from autotune.api.app import create_app
+from autotune.campaign.study import CampaignRequest, StudyController
+from autotune.domain.deployment import DEMO
+from autotune.domain.engine_config import EngineConfig
+from autotune.domain.slo import parse_slo
+from autotune.measure.executors import InlineExecutor
+from autotune.release.publish import publish_campaign
 from autotune.settings import Settings
-from autotune.slo import parse_slo
 from autotune.storage.db import open_database, session_scope, upgrade
-from autotune.study import CampaignRequest, StudyController
 from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import DEMO_TRACE
 
@@ -87,7 +87,7 @@ def test_readyz_fails_on_an_unmigrated_database(tmp_path) -> None:  # type: igno
 def test_period_label_defaults() -> None:
     from datetime import UTC, datetime
 
-    from autotune.publish import default_period
+    from autotune.release.publish import default_period
 
     assert default_period("2026Q4", datetime(2027, 1, 3, tzinfo=UTC)) == "2026Q4"
     assert default_period("demo", datetime(2027, 1, 3, tzinfo=UTC)) == "2027Q1"

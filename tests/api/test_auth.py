@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
-from api.deps import token_matches
+from autotune.api.app import create_app
+from autotune.api.deps import token_matches
 from autotune.settings import Settings
 from tests.api.seed import Seeded, seed_database
 

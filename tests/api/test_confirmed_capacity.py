@@ -10,8 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from api.app import create_app
-from autotune.confirm import stats
+from autotune.api.app import create_app
+from autotune.campaign.confirm import stats
 from autotune.settings import Settings
 from autotune.storage.db import open_database, session_scope
 from autotune.storage.models import Campaign, Confirmation

@@ -16,8 +16,8 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from api.app import create_app
-from api.routes import health
+from autotune.api.app import create_app
+from autotune.api.routes import health
 from autotune.settings import Settings
 from tests.browser import OFFLINE_ARGS, WAIT_S, chromium, wait_for
 

@@ -10,7 +10,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from api.app import create_app
+from autotune.api.app import create_app
 from autotune.errors import ConfigError, TraceError
 from autotune.settings import Settings
 from tests.api.seed import Seeded, seed_database

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from api.app import create_app
+from autotune.api.app import create_app
 from autotune.settings import Settings
 from tests.api.seed import Seeded, seed_database
 

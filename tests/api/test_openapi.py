@@ -22,7 +22,7 @@ import schemathesis
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
 
-from api.app import create_app
+from autotune.api.app import create_app
 from autotune.settings import Settings
 from tests.api.seed import seed_database
 

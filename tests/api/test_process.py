@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from autotune.workers.vllm.process import free_port
 from tests.api.seed import Seeded, seed_database
 from tests.conftest import AUTOTUNE
-from workers.vllm.process import free_port
 
 pytestmark = pytest.mark.integration
 START_TIMEOUT_S = 60.0

@@ -13,16 +13,16 @@ import sqlalchemy as sa
 import yaml
 from fastapi.testclient import TestClient
 
-from api.app import create_app
-from autotune.deployment import DEMO
-from autotune.executors import InlineExecutor
-from autotune.publish import publish_campaign
-from autotune.resume import claim_campaign
+from autotune.api.app import create_app
+from autotune.campaign.resume import claim_campaign
+from autotune.campaign.study import CampaignRequest, StudyController
+from autotune.domain.deployment import DEMO
+from autotune.domain.slo import parse_slo
+from autotune.measure.executors import InlineExecutor
+from autotune.release.publish import publish_campaign
 from autotune.settings import Settings
-from autotune.slo import parse_slo
 from autotune.storage import repo
 from autotune.storage.db import open_database, session_scope, upgrade
-from autotune.study import CampaignRequest, StudyController
 from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import DEMO_TRACE
 

@@ -12,24 +12,24 @@ import sqlalchemy as sa
 from rich.console import Console
 
 from alembic import command
-from autotune import accuracy
+from autotune.campaign.study import CampaignRequest, Reference, StudyController
 from autotune.cli import json_views
 from autotune.cli.report import print_campaign_result
-from autotune.deployment import DEMO, DeploymentSpec
+from autotune.domain.deployment import DEMO, DeploymentSpec
+from autotune.domain.slo import parse_slo
+from autotune.domain.vocabulary import Role
 from autotune.errors import ConfigError
-from autotune.executors import InlineExecutor
-from autotune.publish import config_document
-from autotune.report import data as report_data
-from autotune.report import html
-from autotune.slo import parse_slo
-from autotune.space import deployment_space, load_search_space, space_summary
+from autotune.measure.executors import InlineExecutor
+from autotune.release.publish import config_document, publish_trial
+from autotune.release.report import data as report_data
+from autotune.release.report import html
+from autotune.search import accuracy
+from autotune.search.space import deployment_space, load_search_space, space_summary
 from autotune.storage import repo
 from autotune.storage.db import alembic_config, open_database, session_scope, upgrade
 from autotune.storage.models import Campaign
-from autotune.study import CampaignRequest, Reference, StudyController
 from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import DEMO_TRACE
-from autotune.vocabulary import Role
 
 V3 = DeploymentSpec.build(name="v3", model="DeepSeek-V3", gpu="H200-141GB", gpu_count=8,
                           tensor_parallel_size=8, max_model_len=16384)
@@ -171,7 +171,7 @@ def test_an_fp8_winner_is_flagged_in_the_summary_json_report_and_publication(
 
             best = repo.best_trial(campaign)
             assert best is not None
-            pub = repo.publish(s, campaign, best, period_label="2026Q4", published_by="t",
+            pub = publish_trial(s, campaign, best, period_label="2026Q4", published_by="t",
                                note=None)
             assert [c["value"] for c in config_document(pub)["accuracy_affecting"]] == ["fp8"]
     finally:
@@ -208,7 +208,7 @@ def test_rows_from_before_the_migration_read(tmp_path: Path) -> None:
     with session_scope(engine) as s:
         campaign = s.get(Campaign, cid)
         assert campaign is not None and repo.best_trial(campaign) is not None
-        repo.publish(s, campaign, repo.best_trial(campaign), period_label="2026Q4",  # type: ignore[arg-type]
+        publish_trial(s, campaign, repo.best_trial(campaign), period_label="2026Q4",  # type: ignore[arg-type]
                      published_by="t", note=None)
     engine.dispose()
     command.downgrade(alembic_config(url), "0006")

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from autotune.baselines import effective_values, guide_heuristic, vllm_defaults
-from autotune.deployment import DEMO, DeploymentSpec
+from autotune.domain.deployment import DEMO, DeploymentSpec
+from autotune.search.baselines import effective_values, guide_heuristic, vllm_defaults
 
 
 def dep(gpu: str, profile: str = "chat") -> DeploymentSpec:

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from autotune.bench_metrics import serve_metrics
-from autotune.records import ReplayResult
+from autotune.domain.records import ReplayResult
+from autotune.measure.bench_metrics import serve_metrics
 
 
 def _result(**overrides: object) -> ReplayResult:

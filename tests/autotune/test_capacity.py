@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autotune.baselines import guide_heuristic
-from autotune.capacity import run_trial
-from autotune.deployment import DEMO
-from autotune.records import CapacitySearch, ReplayResult, TrialSpec
-from autotune.slo import parse_slo
+from autotune.domain.deployment import DEMO
+from autotune.domain.records import CapacitySearch, ReplayResult, TrialSpec
+from autotune.domain.slo import parse_slo
+from autotune.measure.capacity import run_trial
+from autotune.search.baselines import guide_heuristic
 from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import DEMO_TRACE, Trace
-from workers.sim.backend import SimulatorBackend
+from autotune.workers.sim.backend import SimulatorBackend
 
 
 def spec(slo: str, search: CapacitySearch | None = None) -> TrialSpec:

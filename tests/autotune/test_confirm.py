@@ -7,16 +7,16 @@ import math
 
 import pytest
 
-from autotune.baselines import BASELINES
-from autotune.confirm import Candidate, ConfirmPlan, TrialRow, candidates, stats, t90
-from autotune.deployment import DeploymentSpec
-from autotune.executors import InlineExecutor, execute_trial
-from autotune.records import CapacitySearch, TrialOutcome
-from autotune.slo import parse_slo
+from autotune.campaign.confirm import Candidate, ConfirmPlan, TrialRow, candidates, stats, t90
+from autotune.campaign.study import CampaignRequest, StudyController
+from autotune.domain.deployment import DeploymentSpec
+from autotune.domain.records import CapacitySearch, TrialOutcome
+from autotune.domain.slo import parse_slo
+from autotune.measure.executors import InlineExecutor, execute_trial
+from autotune.search.baselines import BASELINES
 from autotune.storage import repo
 from autotune.storage.db import open_database, session_scope
 from autotune.storage.models import Campaign
-from autotune.study import CampaignRequest, StudyController
 from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import DEMO_TRACE
 
@@ -94,7 +94,7 @@ def test_candidates_are_distinct_feasible_configs_plus_the_incumbent() -> None:
 
 def test_confirmation_picks_by_lcb_stores_the_noise_and_publish_takes_it(
         migrated_sqlite: str) -> None:
-    from autotune.publish import publish_campaign
+    from autotune.release.publish import publish_campaign
 
     engine = open_database(migrated_sqlite)
     workers = _NoisyBest()
@@ -151,7 +151,7 @@ def test_confirmation_picks_by_lcb_stores_the_noise_and_publish_takes_it(
 
 def test_without_confirmation_publish_takes_the_best_single_measurement(
         migrated_sqlite: str) -> None:
-    from autotune.publish import publish_campaign
+    from autotune.release.publish import publish_campaign
 
     engine = open_database(migrated_sqlite)
     campaign_id = StudyController(engine, migrated_sqlite, _request(confirm=None, max_trials=4),

@@ -10,11 +10,11 @@ import optuna
 import pytest
 from optuna_dashboard._note import get_note_from_system_attrs
 
-from autotune import optuna_keys as keys
-from autotune.deployment import DEMO
-from autotune.objective import OBJECTIVE_NAME
-from autotune.samplers import make_sampler, step_decimals
-from autotune.space import deployment_space
+from autotune.domain import optuna_keys as keys
+from autotune.domain.deployment import DEMO
+from autotune.search.objective import OBJECTIVE_NAME
+from autotune.search.samplers import make_sampler, step_decimals
+from autotune.search.space import deployment_space
 from autotune.storage.db import open_database, session_scope, upgrade
 from autotune.storage.models import Campaign as CampaignRow
 from tests.report.conftest import run_campaign

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from autotune.dummy_model import make_dummy_model
+from autotune.domain.model_sources import config_path
 from autotune.errors import ConfigError
-from autotune.model_sources import config_path
-from autotune.tiny_model import EOS_TOKEN, special_token_ids
+from autotune.measure.dummy_model import make_dummy_model
+from autotune.measure.tiny_model import EOS_TOKEN, special_token_ids
 from tests.conftest import engine_python
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from autotune.engine_config import EngineConfig
+from autotune.domain.engine_config import EngineConfig
 from autotune.errors import ConfigError
 
 
@@ -99,8 +99,8 @@ def test_async_scheduling_with_the_ngram_drafter_is_refused_as_vllm_does() -> No
 
 
 def test_a_trial_occupies_tensor_x_pipeline_x_data_parallel_gpus() -> None:
-    from autotune.deployment import DEMO
-    from autotune.records import TrialSpec
+    from autotune.domain.deployment import DEMO
+    from autotune.domain.records import TrialSpec
 
     def gpus(**args: int) -> int:
         return TrialSpec("s", 0, EngineConfig(**args), DEMO, None, None, "sim").gpus

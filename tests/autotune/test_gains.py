@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 import pytest
 from rich.console import Console
 
-from autotune import gains
-from autotune.confirm import TrialRow, candidates, stats
-from autotune.deployment import DEMO
+from autotune.campaign.confirm import TrialRow, candidates, stats
+from autotune.domain.deployment import DEMO
+from autotune.release import gains
 from autotune.storage import repo
 from autotune.storage.db import open_database, session_scope, upgrade
 from autotune.storage.models import Campaign, Confirmation
@@ -150,8 +150,8 @@ def test_the_summary_gives_the_confirmed_gain_and_why_a_baseline_has_none(
 
 
 def test_the_report_gives_the_confirmed_gain(confirmed_db: _Db) -> None:
-    from autotune.report.data import gather
-    from autotune.report.html import gain_summary
+    from autotune.release.report.data import gather
+    from autotune.release.report.html import gain_summary
 
     engine = open_database(confirmed_db.url)
     with session_scope(engine) as s:

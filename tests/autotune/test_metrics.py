@@ -3,7 +3,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autotune.metrics import (
+from autotune.domain.records import ReplayResult
+from autotune.domain.slo import parse_slo
+from autotune.measure.metrics import (
     QUANTILE_PCTS,
     concurrency,
     latency_quantiles_ms,
@@ -11,8 +13,6 @@ from autotune.metrics import (
     slo_violations,
     summarize,
 )
-from autotune.records import ReplayResult
-from autotune.slo import parse_slo
 
 
 def result(**overrides: object) -> ReplayResult:

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from autotune import catalogue
-from autotune.baselines import vllm_defaults
-from autotune.deployment import DeploymentSpec
+from autotune.domain import catalogue
+from autotune.domain.deployment import DeploymentSpec
+from autotune.domain.model_config import read_model_config
+from autotune.domain.model_sources import VENDORED
 from autotune.errors import ConfigError
-from autotune.model_config import read_model_config
-from autotune.model_sources import VENDORED
-from autotune.rules import common_rule_violations
-from workers.sim.kernels_build import SYSTEMS, system_gpu
-from workers.sim.kv_layout import kv_layout
+from autotune.search.baselines import vllm_defaults
+from autotune.search.rules import common_rule_violations
+from autotune.workers.sim.kernels_build import SYSTEMS, system_gpu
+from autotune.workers.sim.kv_layout import kv_layout
 
 # The model cards' total and active parameters (billions) of the judge rows' models.
 CARDS = {

@@ -13,20 +13,20 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune import multifidelity as mf
-from autotune import optuna_keys as keys
-from autotune.baselines import BASELINES
-from autotune.confirm import ConfirmPlan
-from autotune.deployment import DeploymentSpec
+from autotune.campaign import multifidelity as mf
+from autotune.campaign.confirm import ConfirmPlan
+from autotune.campaign.study import CampaignRequest, StudyController
+from autotune.domain import optuna_keys as keys
+from autotune.domain.deployment import DeploymentSpec
+from autotune.domain.records import CapacitySearch, TrialOutcome, TrialSpec
+from autotune.domain.slo import parse_slo
 from autotune.errors import ConfigError
-from autotune.executors import InlineExecutor, execute_trial
-from autotune.publish import publish_campaign
-from autotune.records import CapacitySearch, TrialOutcome, TrialSpec
-from autotune.slo import parse_slo
+from autotune.measure.executors import InlineExecutor, execute_trial
+from autotune.release.publish import publish_campaign
+from autotune.search.baselines import BASELINES
 from autotune.storage import repo
 from autotune.storage.db import open_database, session_scope
 from autotune.storage.models import Campaign, Trial
-from autotune.study import CampaignRequest, StudyController
 from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import DEMO_TRACE
 

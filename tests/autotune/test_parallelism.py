@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.parallelism import Strategy, candidates
+from autotune.domain.parallelism import Strategy, candidates
 
 
 @pytest.mark.parametrize("name, tp, dp, ep", [

@@ -1,4 +1,4 @@
-"""autotune.per_path without a tuning run: the split into path campaigns, the path deployments
+"""autotune.campaign.per_path without a tuning run: the split into path campaigns, the path deployments
 and their spaces, the refusals, and all-or-none publication on a database seeded through the
 repository functions."""
 
@@ -8,18 +8,18 @@ from collections import Counter
 
 import pytest
 
-from autotune import optuna_keys as keys
-from autotune import per_path as pp
-from autotune.deployment import DEMO
+from autotune.campaign import per_path as pp
+from autotune.campaign.study import CampaignRequest
+from autotune.domain import optuna_keys as keys
+from autotune.domain.deployment import DEMO
+from autotune.domain.slo import parse_slo
+from autotune.domain.vocabulary import Role
 from autotune.errors import ConfigError, NotFoundError, SearchSpaceError
-from autotune.slo import parse_slo
 from autotune.storage import repo
 from autotune.storage.db import open_database, session_scope
 from autotune.storage.models import Campaign, Publication
-from autotune.study import CampaignRequest
 from autotune.traffic.stats import paths
 from autotune.traffic.trace import Trace
-from autotune.vocabulary import Role
 
 
 def _trace(hot: int, warm: int, cold: int) -> Trace:
@@ -191,8 +191,8 @@ def test_publish_paths_publishes_each_path_deployment(migrated_sqlite: str) -> N
 def test_a_paths_space_is_widened_to_hold_the_single_config() -> None:
     """The chat space's winner (a long-prefill cap of 256, which the batch space lacks) starts
     the cold path's search in the batch space."""
-    from autotune.baselines import vllm_defaults
-    from autotune.space import deployment_space, hold_config, space_params
+    from autotune.search.baselines import vllm_defaults
+    from autotune.search.space import deployment_space, hold_config, space_params
 
     cold = DEMO.model_copy(update={"traffic_profile": "batch"})
     single = vllm_defaults(cold).merged(long_prefill_token_threshold=256, max_num_seqs=16,

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from autotune import eta, progress
-from autotune.capacity import run_trial
-from autotune.confirm import Candidate, ConfirmPlan
-from autotune.confirm import run as confirm_run
-from autotune.executors import InlineExecutor
-from autotune.records import CapacitySearch
+from autotune.campaign import eta
+from autotune.campaign.confirm import Candidate, ConfirmPlan
+from autotune.campaign.confirm import run as confirm_run
+from autotune.domain.records import CapacitySearch
+from autotune.measure import progress
+from autotune.measure.capacity import run_trial
+from autotune.measure.executors import InlineExecutor
+from autotune.workers.sim.backend import SimulatorBackend
 from tests.autotune.test_capacity import spec
-from workers.sim.backend import SimulatorBackend
 
 
 def test_a_trial_reports_each_replay_with_its_step_and_offered_rate() -> None:

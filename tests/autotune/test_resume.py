@@ -9,16 +9,16 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune import optuna_keys as keys
-from autotune import resume
-from autotune.deployment import DeploymentSpec
+from autotune.campaign import resume
+from autotune.campaign.study import CampaignRequest, StudyController, TrialRecord
+from autotune.domain import optuna_keys as keys
+from autotune.domain.deployment import DeploymentSpec
+from autotune.domain.records import TrialOutcome
+from autotune.domain.slo import parse_slo
 from autotune.errors import ConfigError, StorageError
-from autotune.executors import InlineExecutor
-from autotune.records import TrialOutcome
-from autotune.slo import parse_slo
+from autotune.measure.executors import InlineExecutor
 from autotune.storage.db import open_database, session_scope
 from autotune.storage.models import Campaign
-from autotune.study import CampaignRequest, StudyController, TrialRecord
 from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import DEMO_TRACE
 from tests.campaign_checks import check_complete
@@ -30,7 +30,7 @@ SMALL = DeploymentSpec(name="llama", model="Llama-3.1-8B", gpu="H100-80GB", gpu_
 
 
 def _request(**overrides: object) -> CampaignRequest:
-    from autotune.records import CapacitySearch
+    from autotune.domain.records import CapacitySearch
 
     values: dict[str, object] = dict(
         deployment=SMALL, campaign="r", slo=parse_slo("ttft_p99<=2s,tpot_p99<=100ms"),
@@ -121,7 +121,7 @@ def test_a_resume_with_another_sampler_continues_with_it(
     with pytest.raises(SystemExit):
         _DiesAfterStoring(engine, migrated_sqlite, _request(sampler="random"), InlineExecutor(),
                           at=2, lease_s=0.3).run()
-    with caplog.at_level("WARNING", "autotune.study"):
+    with caplog.at_level("WARNING", "autotune.campaign.study"):
         StudyController(engine, migrated_sqlite, _request(sampler="tpe"), InlineExecutor(),
                         lease_s=0.3).run()
     check_complete(migrated_sqlite, "llama", "r", 5)

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from autotune.check import check_config
-from autotune.deployment import DEMO, DeploymentSpec
-from autotune.engine_config import EngineConfig
-from autotune.rules import engine_refusals
-from autotune.space import baseline_configs
-from autotune.tiny_model import make_tiny_model
+from autotune.domain.deployment import DEMO, DeploymentSpec
+from autotune.domain.engine_config import EngineConfig
+from autotune.measure.tiny_model import make_tiny_model
+from autotune.search.check import check_config
+from autotune.search.rules import engine_refusals
+from autotune.search.space import baseline_configs
 from tests.conftest import engine_python, run_cli
 
 pytestmark = pytest.mark.integration
@@ -146,7 +146,7 @@ _REFUSED_BY_VLLM: list[tuple[DeploymentSpec, dict[str, Any]]] = [
 
 
 def test_what_vllm_refuses_the_rules_refuse(model_dirs: dict[str, Path], tmp_path: Path) -> None:
-    from autotune.baselines import vllm_defaults
+    from autotune.search.baselines import vllm_defaults
 
     cases = [(dep, vllm_defaults(dep).merged(**over)) for dep, over in _REFUSED_BY_VLLM]
     # The context beyond the model's limit: a deployment the rules refuse outright.

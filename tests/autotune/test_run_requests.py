@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from autotune.campaign.requests import QuarterlyRequest, TuneRequest
 from autotune.cli.flags import TUNE_FLAGS, flag_message
 from autotune.errors import ConfigError, SettingError
-from autotune.run_requests import QuarterlyRequest, TuneRequest
 
 
 @pytest.mark.parametrize(("values", "library", "cli"), [

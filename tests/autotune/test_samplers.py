@@ -11,23 +11,23 @@ import optuna
 import pytest
 import sqlalchemy as sa
 
-from autotune import optuna_keys as keys
-from autotune.deployment import DEMO
+from autotune.campaign.study import CampaignRequest, StudyController
+from autotune.domain import optuna_keys as keys
+from autotune.domain.deployment import DEMO
+from autotune.domain.records import CapacitySearch
+from autotune.domain.slo import parse_slo
 from autotune.errors import ConfigError
-from autotune.executors import InlineExecutor
-from autotune.records import CapacitySearch
-from autotune.samplers import (
+from autotune.measure.executors import InlineExecutor
+from autotune.search.samplers import (
     GRID_PARAMS,
     SAMPLERS,
     STARTUP_TRIALS,
     OrdinalParzenEstimator,
     make_sampler,
 )
-from autotune.slo import parse_slo
-from autotune.space import deployment_space
+from autotune.search.space import deployment_space
 from autotune.storage.db import open_database, session_scope
 from autotune.storage.models import Campaign
-from autotune.study import CampaignRequest, StudyController
 from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import DEMO_TRACE
 from tests.conftest import run_cli
@@ -123,7 +123,7 @@ def test_unknown_sampler_is_one_line_exit_2(migrated_sqlite: str) -> None:
 def test_sampler_space_names_are_checked(tmp_path: Path) -> None:
     space = tmp_path / "s.yaml"
     space.write_text("parameters:\n  block_size: {type: categorical, choices: [16, 32]}\n")
-    from autotune.space import load_search_space
+    from autotune.search.space import load_search_space
 
     with pytest.raises(ConfigError, match="grid searches max_num_seqs x max_num_batched_tokens"):
         make_sampler("grid", load_search_space(str(space)).bind(DEMO.rule_context()), seed=0)

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from autotune.domain.slo import parse_slo
 from autotune.errors import ConfigError
-from autotune.slo import parse_slo
 
 
 def test_parses_ceilings_in_both_units() -> None:

@@ -4,12 +4,12 @@ from pathlib import Path
 
 import pytest
 
-from autotune.baselines import guide_heuristic, vllm_defaults
-from autotune.deployment import DEMO, DeploymentSpec
-from autotune.engine_config import EngineConfig
+from autotune.domain.deployment import DEMO, DeploymentSpec
+from autotune.domain.engine_config import EngineConfig
 from autotune.errors import SearchSpaceError
-from autotune.rules import violations
-from autotune.space import load_search_space
+from autotune.search.baselines import guide_heuristic, vllm_defaults
+from autotune.search.rules import violations
+from autotune.search.space import load_search_space
 
 CPU = DeploymentSpec(name="cpu", model="tiny-llama", gpu="cpu", gpu_count=1,
                      tensor_parallel_size=1, max_model_len=2048)
@@ -70,7 +70,7 @@ def test_each_rule(overrides: dict, dep: DeploymentSpec, rule: str) -> None:
 
 def test_a_rule_on_the_deployments_facts_alone_refuses_the_deployment() -> None:
     from autotune.errors import ConfigError
-    from autotune.space import deployment_space
+    from autotune.search.space import deployment_space
 
     a100 = DEMO.model_copy(update={"gpu": "A100-80GB"})
     with pytest.raises(ConfigError, match=r"cannot be served: dsv4_needs_hopper_or_blackwell.*"
@@ -84,7 +84,7 @@ def test_a_rule_on_the_deployments_facts_alone_refuses_the_deployment() -> None:
 
 def test_a_layout_the_model_refuses_names_the_ones_it_allows() -> None:
     from autotune.errors import ConfigError
-    from autotune.space import deployment_space
+    from autotune.search.space import deployment_space
 
     three = DEMO.model_copy(update={"gpu_count": 3, "tensor_parallel_size": 3})
     with pytest.raises(ConfigError, match=r"layout TP3 is refused \(tp_divides_attention_heads: "
@@ -126,7 +126,7 @@ def test_rule_with_unknown_name_is_refused(tmp_path: Path) -> None:
 
 
 def test_capture_size_exists_only_with_cuda_graphs_on_a_gpu() -> None:
-    from autotune.space import deployment_space
+    from autotune.search.space import deployment_space
 
     space = deployment_space("chat", DEMO)
     graphs = space.param("max_cudagraph_capture_size")
@@ -140,7 +140,7 @@ def test_capture_size_exists_only_with_cuda_graphs_on_a_gpu() -> None:
 def test_baselines_sit_inside_the_new_dimensions() -> None:
     """vLLM's resolved defaults (async on, capture min(2 x seqs, 512)) are choices of the
     built-in spaces, so the baselines can be enqueued."""
-    from autotune.space import deployment_space, space_params
+    from autotune.search.space import deployment_space, space_params
 
     for name in ("chat", "batch"):
         space = deployment_space(name, DEMO)
@@ -153,8 +153,8 @@ def test_baselines_sit_inside_the_new_dimensions() -> None:
 def test_a_model_fact_no_rule_knows_is_named_in_a_warning() -> None:
     from dataclasses import replace
 
-    from autotune.rules import rules_lacking
-    from autotune.space import deployment_space, space_summary
+    from autotune.search.rules import rules_lacking
+    from autotune.search.space import deployment_space, space_summary
 
     space = deployment_space("chat", DEMO)
     assert rules_lacking(space, DEMO) == []  # every catalogue model's kernels have rules

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from autotune.deployment import DEMO, DeploymentSpec
-from autotune.engine_config import EngineConfig
+from autotune.domain.deployment import DEMO, DeploymentSpec
+from autotune.domain.engine_config import EngineConfig
 from autotune.errors import SearchSpaceError
-from autotune.space import (
+from autotune.search.space import (
     baseline_configs,
     check_searchable,
     deployment_space,

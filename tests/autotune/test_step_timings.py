@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autotune.step_timings import StepTime, step_times
+from autotune.domain.step_timings import StepTime, step_times
 
 # Request A (prompt 100) decodes alone in 10 ms steps; B (prompt 300) is sent at 0.495 s and
 # prefilled in a mixed step ending at 0.52; both then decode in 14 ms steps until B's last token

@@ -7,13 +7,13 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.deployment import DEMO
-from autotune.executors import InlineExecutor
-from autotune.slo import parse_slo
+from autotune.campaign.study import CampaignRequest, StudyController
+from autotune.domain.deployment import DEMO
+from autotune.domain.slo import parse_slo
+from autotune.measure.executors import InlineExecutor
 from autotune.storage import repo
 from autotune.storage.db import open_database, session_scope, upgrade
 from autotune.storage.models import Campaign
-from autotune.study import CampaignRequest, StudyController
 from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import DEMO_TRACE
 
@@ -135,7 +135,7 @@ def _request(url: str, **overrides: object) -> CampaignRequest:
 
 
 def test_a_campaign_whose_baselines_cannot_start_stops(migrated_sqlite: str) -> None:
-    from autotune.deployment import DeploymentSpec
+    from autotune.domain.deployment import DeploymentSpec
     from autotune.errors import ConfigError
 
     # 671B parameters on one 45 GiB GPU: every engine fails to start, whatever its arguments.
@@ -165,12 +165,12 @@ class _FlakyWorkers(InlineExecutor):
         self.attempts.append(spec.trial_number)
         first = self.attempts.count(spec.trial_number) == 1
         if spec.trial_number in self.lose and (first or self.always):
-            from autotune.records import TrialOutcome
+            from autotune.domain.records import TrialOutcome
 
             return [TrialOutcome(trial_number=spec.trial_number, capacity_output_tok_s=0.0,
                                  capacity_rate_scale=0.0, at_capacity=None, at_recorded_rate=None,
                                  failure_class="infrastructure", failure_message="worker lost")]
-        from autotune.executors import execute_trial
+        from autotune.measure.executors import execute_trial
 
         return [execute_trial(spec)]
 
@@ -211,7 +211,7 @@ class _GpuEngineStandIn(InlineExecutor):
     def wait(self):  # type: ignore[no-untyped-def]
         import dataclasses
 
-        from autotune.executors import execute_trial
+        from autotune.measure.executors import execute_trial
 
         spec = self._queue.pop(0)
         if spec.config.speculative_config is not None:

@@ -7,7 +7,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from autotune.errors import ConfigError
-from autotune.tiny_model import MIN_HEAD_DIM, make_tiny_model
+from autotune.measure.tiny_model import MIN_HEAD_DIM, make_tiny_model
 
 
 def _bytes(directory: Path) -> dict[str, bytes]:

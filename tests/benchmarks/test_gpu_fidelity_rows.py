@@ -73,7 +73,7 @@ def test_a_row_at_another_precision_serves_the_model_at_it(excerpt: dict[str, Ju
     assert (fp8.model.dense_quant, fp8.model.dense_bytes_per_param) == ("fp8", 1.0)
     own = match_row(excerpt["2026_03_25_kimi_k2_5_h200_sxm_vllm_int4_agg_8192x1024_c4_tp8_0_ep1_0_597"])
     assert isinstance(own, MatchedRow)
-    from autotune import catalogue
+    from autotune.domain import catalogue
     assert own.model == catalogue.model("moonshotai/Kimi-K2.5")
 
 

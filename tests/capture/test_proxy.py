@@ -223,7 +223,7 @@ def test_other_paths_and_errors_pass_through_unrecorded(tmp_path: Path) -> None:
 
 
 def test_an_unreachable_upstream_is_a_502_and_the_proxy_stays_up(tmp_path: Path) -> None:
-    from workers.vllm.process import free_port
+    from autotune.workers.vllm.process import free_port
 
     async def go() -> None:
         async with rig(tmp_path, upstream_url=f"http://127.0.0.1:{free_port()}") as r:

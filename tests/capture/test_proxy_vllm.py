@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 
 from autotune.capture.hashing import block_hashes, hash_key
-from autotune.deployment import DeploymentSpec
-from autotune.engine_config import EngineConfig
-from autotune.tiny_model import make_tiny_model
+from autotune.domain.deployment import DeploymentSpec
+from autotune.domain.engine_config import EngineConfig
+from autotune.measure.tiny_model import make_tiny_model
 from autotune.traffic.formats import import_file
+from autotune.workers.vllm.backend import VllmBackend
+from autotune.workers.vllm.process import port_is_free
 from tests.capture.helpers import Rig, records, rig
 from tests.conftest import engine_python, vllm_processes
-from workers.vllm.backend import VllmBackend
-from workers.vllm.process import port_is_free
 
 pytestmark = pytest.mark.integration
 BLOCK = 32

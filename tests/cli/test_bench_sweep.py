@@ -79,9 +79,9 @@ def test_a_real_cpu_engine_sweep_and_its_cpu_cost_fit(tmp_path: Path) -> None:
     """One vLLM CPU-build engine for two concurrencies; its decode steps, less the roofline's
     GPU (here: CPU-build compute) time, fit the profile's CPU step cost, which `sim fit-cpu`
     writes and checks against the sweep's TPOT."""
-    from autotune.tiny_model import make_tiny_model
+    from autotune.measure.tiny_model import make_tiny_model
+    from autotune.workers.sim.profile import load_profile
     from tests.conftest import engine_python, run_cli, vllm_processes
-    from workers.sim.profile import load_profile
 
     model = make_tiny_model(tmp_path / "tiny")
     out = tmp_path / "real.json"

@@ -113,8 +113,8 @@ def test_publish_refuses_a_config_the_rules_refuse(tmp_path: Path) -> None:
 def test_a_published_yaml_reads_back_whole(tmp_path: Path) -> None:
     """What the API publishes (`model:` first, a false boolean as `no-key: true`) is read as
     the config it is: the model is no engine argument, the boolean is false, nothing unknown."""
-    from autotune.check import read_config_file
-    from autotune.engine_config import EngineConfig
+    from autotune.domain.engine_config import EngineConfig
+    from autotune.search.check import read_config_file
 
     config = EngineConfig(block_size=256, enable_prefix_caching=False, enforce_eager=True)
     path = tmp_path / "published.yaml"

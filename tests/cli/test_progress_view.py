@@ -8,12 +8,12 @@ import io
 import pytest
 from rich.console import Console
 
-from autotune import progress
+from autotune.campaign.study import CampaignRequest, TrialRecord
 from autotune.cli.live import LiveTrials, LogProgress, ProgressState
 from autotune.cli.render import trial_table
-from autotune.deployment import DEMO
-from autotune.slo import parse_slo
-from autotune.study import CampaignRequest, TrialRecord
+from autotune.domain.deployment import DEMO
+from autotune.domain.slo import parse_slo
+from autotune.measure import progress
 from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import DEMO_TRACE
 

@@ -13,8 +13,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
-from api.app import create_app
-from autotune.budget import Budget
+from autotune.api.app import create_app
+from autotune.campaign.budget import Budget
 from autotune.settings import Settings
 from autotune.storage.db import open_database, session_scope
 from autotune.storage.models import Campaign, Publication, Trial
@@ -274,7 +274,7 @@ def _assert_stopped_at(c: Campaign, deadline_epoch: float, max_trials: int) -> N
     """Stopped by the deadline mid-search: nothing asked after it (inline, one slot: only the
     trial in flight then finished later), the best so far confirmed after it, and the
     spending adds up."""
-    from autotune.publish import utc
+    from autotune.release.publish import utc
 
     assert c.status == "completed" and c.stop_reason == "deadline"
     measured = [t for t in c.trials if t.state != "rejected" and t.repeat_of is None]

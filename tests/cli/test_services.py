@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from autotune.workers.vllm.process import free_port
 from tests.conftest import AUTOTUNE, get_json, run_cli
-from workers.vllm.process import free_port
 
 pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.records import LatencySummary
+from autotune.domain.records import LatencySummary
 from autotune.traffic.trace import DEMO_TRACE
 from tests.conftest import public_trace, run_cli
 
@@ -38,7 +38,7 @@ def test_simulate_reads_any_importable_trace() -> None:
 ])
 def test_simulate_runs_judge_models_from_any_config(tmp_path: Path, model: str, gpu: str,
                                                      tp: str) -> None:
-    from autotune.model_sources import VENDORED
+    from autotune.domain.model_sources import VENDORED
 
     kind, _, stem = model.partition(":")
     if stem:  # a checkpoint directory holding config.json, or the file itself

@@ -25,11 +25,11 @@ class ReportDb:
 
 
 def run_campaign(url: str, campaign: str, trials: int) -> int:
-    from autotune.deployment import DEMO
-    from autotune.executors import InlineExecutor
-    from autotune.slo import parse_slo
+    from autotune.campaign.study import CampaignRequest, StudyController
+    from autotune.domain.deployment import DEMO
+    from autotune.domain.slo import parse_slo
+    from autotune.measure.executors import InlineExecutor
     from autotune.storage.db import open_database
-    from autotune.study import CampaignRequest, StudyController
     from autotune.traffic.formats import load_trace
     from autotune.traffic.trace import DEMO_TRACE
 
@@ -65,7 +65,7 @@ def report_db(tmp_path_factory: pytest.TempPathFactory) -> ReportDb:
             assert small is not None
             best = repo.best_trial(small)
             assert best is not None, "the 3-trial campaign found no feasible config"
-            repo.publish(s, small, best, period_label="2026Q3", published_by="test", note=None)
+            publish_trial(s, small, best, period_label="2026Q3", published_by="test", note=None)
             big = s.get(Campaign, campaign_id)
             assert big is not None
             rejected = [t for t in big.trials if t.state == "rejected"]

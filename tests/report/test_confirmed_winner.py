@@ -1,7 +1,7 @@
 """The report names the winner `publish` and the quarterly decision take: the confirmed one
 (best lower confidence bound), not the best single measurement, and shows the confirmation.
 
-A real simulated campaign; its confirmation rows are then written through autotune.confirm
+A real simulated campaign; its confirmation rows are then written through autotune.campaign.confirm
 (stats, mark_winner, save) from re-run samples chosen so that the search's best config proves
 noisy and the runner-up steady: the two winners differ by construction."""
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune import confirm
-from autotune import quarterly as q
+from autotune.campaign import confirm
+from autotune.campaign import quarterly as q
 from autotune.storage import repo
 from autotune.storage.db import open_database, session_scope, upgrade
 from autotune.storage.models import Campaign

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import ConfigError
-from autotune.report import data as report_data
-from autotune.report import exports, plots
-from autotune.report.data import ReportTrial
-from autotune.report.write import write_report
+from autotune.release.report import data as report_data
+from autotune.release.report import exports, plots
+from autotune.release.report.data import ReportTrial
+from autotune.release.report.write import write_report
 from autotune.storage import repo
 from autotune.storage.db import open_database, session_scope
 from autotune.storage.models import Campaign

@@ -10,11 +10,11 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from autotune.metrics import QUANTILE_PCTS
-from autotune.report import data as report_data
-from autotune.report import exports, plots
-from autotune.report.data import SWEEP_KEYS, CampaignReport, ReportReplay, ReportTrial
-from autotune.report.write import write_report
+from autotune.measure.metrics import QUANTILE_PCTS
+from autotune.release.report import data as report_data
+from autotune.release.report import exports, plots
+from autotune.release.report.data import SWEEP_KEYS, CampaignReport, ReportReplay, ReportTrial
+from autotune.release.report.write import write_report
 from autotune.storage.db import open_database, session_scope
 from autotune.storage.models import Campaign
 from autotune.traffic.formats import load_trace

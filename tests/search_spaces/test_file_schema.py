@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from autotune.cli.main import main
-from search_spaces import SpaceError, SpaceFile, load_space_file, space_schema_text
-from search_spaces._file_schema import RulesFile
-from search_spaces._schema import RULES_FILE, SPACES_DIR, builtin_names, builtin_space_path
+from autotune.search_spaces import SpaceError, SpaceFile, load_space_file, space_schema_text
+from autotune.search_spaces._file_schema import RulesFile
+from autotune.search_spaces._schema import RULES_FILE, SPACES_DIR, builtin_names, builtin_space_path
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "docs" / "reference" / "search-space.schema.json"

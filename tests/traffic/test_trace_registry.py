@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy import func, select
 
 from alembic import command
-from autotune.deployment import DeploymentSpec
+from autotune.domain.deployment import DeploymentSpec
 from autotune.errors import ConfigError
 from autotune.storage import repo
 from autotune.storage.db import alembic_config, open_database, session_scope, upgrade

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from workers.vllm.cpu_affinity import isolate_workers, on_cores
-from workers.vllm.process import group_pids
+from autotune.workers.vllm.cpu_affinity import isolate_workers, on_cores
+from autotune.workers.vllm.process import group_pids
 
 pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2,
                                 reason="needs two cores to keep one for a worker")

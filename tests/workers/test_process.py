@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import EngineStartError
-from workers.vllm.process import EngineProcess, classify_start_failure, free_port, port_is_free
+from autotune.workers.vllm.process import EngineProcess, classify_start_failure, free_port, port_is_free
 
 SERVER = textwrap.dedent('''
     import http.server, os, subprocess, sys
@@ -103,7 +103,7 @@ def test_engine_dies_with_a_killed_tuner(tmp_path: Path) -> None:
     tuner = textwrap.dedent(f'''
         import sys, time
         from pathlib import Path
-        from workers.vllm.process import EngineProcess
+        from autotune.workers.vllm.process import EngineProcess
         e = EngineProcess([sys.executable, "-c", {SERVER!r}, "{port}"], port={port},
                           log_path=Path({str(tmp_path / "e.log")!r}))
         e.start(timeout_s=30)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.deployment import DEMO
-from autotune.engine_config import EngineConfig
-from autotune.records import TrialSpec
-from workers import ray_executor
-from workers.ray_executor import RayExecutor
+from autotune.domain.deployment import DEMO
+from autotune.domain.engine_config import EngineConfig
+from autotune.domain.records import TrialSpec
+from autotune.workers import ray_executor
+from autotune.workers.ray_executor import RayExecutor
 
 
 def test_a_trial_needing_more_gpus_than_the_cluster_fails_at_once(

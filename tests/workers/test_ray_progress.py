@@ -12,17 +12,17 @@ from collections.abc import Iterator
 import pytest
 from rich.console import Console
 
-from autotune import progress
-from autotune.baselines import guide_heuristic
+from autotune.campaign.study import CampaignRequest
 from autotune.cli.live import LiveTrials
-from autotune.deployment import DEMO
-from autotune.records import TrialSpec
-from autotune.slo import parse_slo
-from autotune.study import CampaignRequest
+from autotune.domain.deployment import DEMO
+from autotune.domain.records import TrialSpec
+from autotune.domain.slo import parse_slo
+from autotune.measure import progress
+from autotune.search.baselines import guide_heuristic
 from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import DEMO_TRACE
 
-ray_executor = pytest.importorskip("workers.ray_executor")
+ray_executor = pytest.importorskip("autotune.workers.ray_executor")
 pytestmark = pytest.mark.integration
 
 SLO = "ttft_p99<=2s,tpot_p99<=50ms"
@@ -93,7 +93,7 @@ def test_a_trial_whose_inbox_is_gone_is_still_measured(
         assert own._inbox is not None
         ray_executor.ray.kill(own._inbox.actor)  # as if its node were lost
         seen: list[progress.Event] = []
-        with caplog.at_level(logging.WARNING, "autotune.executors.ray"), \
+        with caplog.at_level(logging.WARNING, "autotune.measure.executors.ray"), \
                 progress.reporting(seen.append):
             own.submit(_spec(5))
             [outcome] = own.wait()

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from autotune.metrics import summarize
-from workers.replay import ReplayPlan, _no_gc_pauses, run_replay
+from autotune.measure.metrics import summarize
+from autotune.workers.replay import ReplayPlan, _no_gc_pauses, run_replay
 
 pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
 
@@ -177,7 +177,7 @@ def test_decode_step_timings_come_from_the_streams_on_one_clock(server_url: str,
 
 
 def test_processes_follow_the_peak_rate() -> None:
-    from workers.replay import REQUESTS_PER_LOOP_S, processes_for
+    from autotune.workers.replay import REQUESTS_PER_LOOP_S, processes_for
 
     calm = np.arange(100) * 0.1  # 10 requests/s
     burst = np.concatenate([calm, np.full(int(REQUESTS_PER_LOOP_S * 1.5), 20.5)])

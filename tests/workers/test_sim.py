@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.baselines import guide_heuristic
-from autotune.deployment import DEMO, DeploymentSpec
-from autotune.engine_config import EngineConfig
+from autotune.domain.deployment import DEMO, DeploymentSpec
+from autotune.domain.engine_config import EngineConfig
+from autotune.domain.records import LatencySummary
 from autotune.errors import EngineStartError
-from autotune.metrics import summarize
-from autotune.records import LatencySummary
+from autotune.measure.metrics import summarize
+from autotune.search.baselines import guide_heuristic
 from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import DEMO_TRACE, Trace
-from workers.sim.backend import SimulatorBackend
+from autotune.workers.sim.backend import SimulatorBackend
 
 L40S = DeploymentSpec(name="l", model="Llama-3.1-8B", gpu="L40S", gpu_count=1,
                       tensor_parallel_size=1, max_model_len=16384)

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.baselines import effective_values
-from autotune.deployment import DeploymentSpec
-from autotune.engine_config import EngineConfig
+from autotune.domain.deployment import DeploymentSpec
+from autotune.domain.engine_config import EngineConfig
 from autotune.errors import EngineStartError
-from autotune.space import SIM_UNMODELLED
-from workers.sim.backend import SimulatorBackend
-from workers.sim.perf import PerfModel
-from workers.sim.profile import Profile, find_profile
-from workers.sim.shape import engine_shape
+from autotune.search.baselines import effective_values
+from autotune.search.space import SIM_UNMODELLED
+from autotune.workers.sim.backend import SimulatorBackend
+from autotune.workers.sim.perf import PerfModel
+from autotune.workers.sim.profile import Profile, find_profile
+from autotune.workers.sim.shape import engine_shape
 
 H200 = DeploymentSpec(name="h", model="Llama-3.1-8B", gpu="H200-141GB", gpu_count=1,
                       tensor_parallel_size=1, max_model_len=8192)
@@ -122,7 +122,7 @@ UNMODELLED = [
 
 
 def test_the_spaces_refuse_to_search_on_the_simulator_what_it_refuses_to_run() -> None:
-    # autotune.space keeps its own list (the core does not import the workers): the same one.
+    # autotune.search.space keeps its own list (the core does not import the workers): the same one.
     assert sorted(SIM_UNMODELLED) == sorted(name for args, _ in UNMODELLED for name in args)
 
 

@@ -7,13 +7,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from autotune.deployment import DeploymentSpec
-from autotune.engine_config import EngineConfig
+from autotune.domain.deployment import DeploymentSpec
+from autotune.domain.engine_config import EngineConfig
+from autotune.domain.records import Measurement
+from autotune.domain.step_timings import StepTime
 from autotune.errors import ConfigError
-from autotune.records import Measurement
-from autotune.step_timings import StepTime
 from autotune.traffic.trace import Trace
-from workers.sim.calibrate import (
+from autotune.workers.sim.calibrate import (
     FIT_COEFFICIENTS,
     calibrate,
     predict,
@@ -21,9 +21,9 @@ from workers.sim.calibrate import (
     step_pairs_ms,
     usable_prefill_steps,
 )
-from workers.sim.perf import PerfModel
-from workers.sim.profile import Profile, find_profile
-from workers.sim.shape import engine_shape
+from autotune.workers.sim.perf import PerfModel
+from autotune.workers.sim.profile import Profile, find_profile
+from autotune.workers.sim.shape import engine_shape
 
 pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
 

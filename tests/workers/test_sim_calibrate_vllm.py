@@ -8,9 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import engine_python, vllm_processes
-from workers.sim.calibrate import calibrate, loss_of
-from workers.sim.fidelity import (
+from autotune.workers.sim.calibrate import calibrate, loss_of
+from autotune.workers.sim.fidelity import (
     HOST_PROBE,
     HOST_PROBE_DRIFT,
     HOST_STEAL,
@@ -18,7 +17,8 @@ from workers.sim.fidelity import (
     measure_real,
     pooled_ttft_p99_ms,
 )
-from workers.sim.profile import find_profile
+from autotune.workers.sim.profile import find_profile
+from tests.conftest import engine_python, vllm_processes
 
 pytestmark = pytest.mark.integration
 

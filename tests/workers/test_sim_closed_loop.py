@@ -6,14 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autotune.baselines import vllm_defaults
-from autotune.deployment import DEMO, DeploymentSpec
-from autotune.records import ReplayResult
+from autotune.domain.deployment import DEMO, DeploymentSpec
+from autotune.domain.records import ReplayResult
+from autotune.search.baselines import vllm_defaults
 from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import DEMO_TRACE
-from workers.sim.backend import SimulatorBackend
-from workers.sim.engine import replay_closed_loop, replay_trace_closed_loop
-from workers.sim.perf import PerfModel
+from autotune.workers.sim.backend import SimulatorBackend
+from autotune.workers.sim.engine import replay_closed_loop, replay_trace_closed_loop
+from autotune.workers.sim.perf import PerfModel
 
 DENSE = DeploymentSpec(name="d", model="Llama-3.1-8B", gpu="H100-80GB", gpu_count=2,
                        tensor_parallel_size=1, max_model_len=8192)

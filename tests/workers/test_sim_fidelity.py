@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from autotune.engine_config import EngineConfig
+from autotune.domain.engine_config import EngineConfig
+from autotune.domain.records import Measurement
+from autotune.domain.step_timings import StepTime
 from autotune.errors import ConfigError
-from autotune.records import Measurement
-from autotune.step_timings import StepTime
 from autotune.traffic.trace import Trace
-from workers.sim.fidelity import (
+from autotune.workers.sim.fidelity import (
     CPU,
     append_measurements,
     capacity_share,
@@ -121,7 +121,7 @@ def test_passes_repeat_every_config_on_fresh_engines_at_the_first_passs_rates(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Pass 2 starts after pass 1 has measured every config (its repeats lie a pass apart), at
     the rates pass 1 found, and the result reads config by config as grouped() expects."""
-    import workers.sim.fidelity as fidelity
+    import autotune.workers.sim.fidelity as fidelity
 
     calls: list[tuple[list[dict[str, object]], list[float], float | None]] = []
     numbers: list[tuple[int, int]] = []

@@ -1,4 +1,4 @@
-"""`workers.sim.fit_cpu`: the CPU step cost out of a real sweep's decode steps."""
+"""`autotune.workers.sim.fit_cpu`: the CPU step cost out of a real sweep's decode steps."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from autotune.errors import ConfigError
-from workers.sim.fit_cpu import check_record, fit_cpu, start_model
-from workers.sim.profile import BUNDLED, load_profile
+from autotune.workers.sim.fit_cpu import check_record, fit_cpu, start_model
+from autotune.workers.sim.profile import BUNDLED, load_profile
 
 CPU_PROFILE = load_profile(BUNDLED / "cpu.yaml")
 GPU_PROFILE = load_profile(BUNDLED / "gpu.yaml")

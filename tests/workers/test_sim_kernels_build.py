@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from autotune import catalogue
-from workers.sim.kernels_build import KernelsUnavailable, build_table, engine_config
-from workers.sim.step_table import StepTable
+from autotune.domain import catalogue
+from autotune.workers.sim.kernels_build import KernelsUnavailable, build_table, engine_config
+from autotune.workers.sim.step_table import StepTable
 
 H200 = catalogue.gpu("H200-141GB")
 V4 = catalogue.model("DeepSeek-V4-Flash")

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autotune import catalogue
-from workers.sim.kernels_build import KernelsUnavailable
-from workers.sim.kernels_compose import compose_table
-from workers.sim.moe_estimate import MoeShape, error_summary, estimate_ms, leave_one_split_out
-from workers.sim.step_table import TABLES_DIR, select_step_model
+from autotune.domain import catalogue
+from autotune.workers.sim.kernels_build import KernelsUnavailable
+from autotune.workers.sim.kernels_compose import compose_table
+from autotune.workers.sim.moe_estimate import MoeShape, error_summary, estimate_ms, leave_one_split_out
+from autotune.workers.sim.step_table import TABLES_DIR, select_step_model
 
 EXCERPT = Path(__file__).parent / "data" / "marlin_w4a16_mxfp4_h200_excerpt.csv"
 COMPOSED = sorted(TABLES_DIR.glob("*_fp8_block_fp4.json"))
@@ -55,7 +55,7 @@ def test_the_recorded_error_is_reproduced_from_the_package() -> None:
     pd = pytest.importorskip("pandas", reason="reads the package's parquet")
     pytest.importorskip("aiconfigurator_core", reason="needs the optional extra: "
                         "pip install 'autotune[aiconfigurator]'")
-    from workers.sim.kernels_build import _data_root
+    from autotune.workers.sim.kernels_build import _data_root
     df = pd.read_parquet(_data_root() / "h200_sxm/moe/vllm/0.24.0/moe_perf.parquet")
     rows = df[(df.moe_dtype == "w4a16_mxfp4") & df.kernel_source.str.contains("marlin")
               & (df.distribution == "balanced")]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.catalogue import MODELS, model
+from autotune.domain.catalogue import MODELS, model
 from autotune.errors import ConfigError
-from workers.sim.kv_layout import kv_layout
+from autotune.workers.sim.kv_layout import kv_layout
 
 
 @pytest.mark.parametrize("tp, per_token", [

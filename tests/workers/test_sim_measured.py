@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.baselines import guide_heuristic
-from autotune.deployment import DEMO
+from autotune.domain.deployment import DEMO
 from autotune.errors import ConfigError
-from autotune.metrics import summarize
+from autotune.measure.metrics import summarize
+from autotune.search.baselines import guide_heuristic
 from autotune.traffic.trace import Trace
-from workers.sim.backend import SimulatorBackend
-from workers.sim.perf import PerfModel
-from workers.sim.perf_measured import MeasuredPerfModel
+from autotune.workers.sim.backend import SimulatorBackend
+from autotune.workers.sim.perf import PerfModel
+from autotune.workers.sim.perf_measured import MeasuredPerfModel
 
 FP8 = "fp8_block/fp8_block"
 TRACE = Trace.from_rows("mixed", [{"arrival_s": i * 0.05, "output_tokens": 40 + 37 * (i % 5),
@@ -78,7 +78,7 @@ def test_measured_decode_runs_sum_in_closed_form(overrides: dict[str, object]) -
 
 
 def test_campaign_settings_pass_the_step_model_only_when_asked_for() -> None:
-    from autotune.backend_options import backend_options
+    from autotune.measure.backend_options import backend_options
     from autotune.settings import Settings
 
     assert backend_options("sim", Settings(), None, []) == {}  # records stay as they were

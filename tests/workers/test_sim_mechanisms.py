@@ -5,19 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autotune.baselines import vllm_defaults
-from autotune.deployment import DEMO, DeploymentSpec
-from autotune.engine_config import EngineConfig
+from autotune.domain.deployment import DEMO, DeploymentSpec
+from autotune.domain.engine_config import EngineConfig
+from autotune.domain.records import ReplayResult
 from autotune.errors import EngineStartError
-from autotune.records import ReplayResult
+from autotune.search.baselines import vllm_defaults
 from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import Trace
+from autotune.workers.sim.backend import SimulatorBackend
+from autotune.workers.sim.perf import PerfModel, StartFailure
+from autotune.workers.sim.profile import find_profile
+from autotune.workers.sim.scheduler import simulate
+from autotune.workers.sim.shape import engine_shape
 from tests.conftest import public_trace
-from workers.sim.backend import SimulatorBackend
-from workers.sim.perf import PerfModel, StartFailure
-from workers.sim.profile import find_profile
-from workers.sim.scheduler import simulate
-from workers.sim.shape import engine_shape
 
 TINY = DeploymentSpec(name="t", model="tiny-llama", gpu="cpu", gpu_count=1,
                       tensor_parallel_size=1, max_model_len=256)

@@ -7,16 +7,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autotune.baselines import vllm_defaults
-from autotune.deployment import DEMO, DeploymentSpec
+from autotune.domain.deployment import DEMO, DeploymentSpec
+from autotune.domain.records import ReplayResult
 from autotune.errors import EngineStartError
-from autotune.metrics import summarize
-from autotune.records import ReplayResult
+from autotune.measure.metrics import summarize
+from autotune.search.baselines import vllm_defaults
 from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import DEMO_TRACE, Trace
-from workers.sim.backend import SimulatorBackend
-from workers.sim.perf import PerfModel, RankBatch
-from workers.sim.scheduler import simulate, simulate_data_parallel
+from autotune.workers.sim.backend import SimulatorBackend
+from autotune.workers.sim.perf import PerfModel, RankBatch
+from autotune.workers.sim.scheduler import simulate, simulate_data_parallel
 
 TRACE = load_trace(DEMO_TRACE).slice(0, 200)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import ConfigError
-from workers.sim.profile import find_profile, load_profile, save_profile
+from autotune.workers.sim.profile import find_profile, load_profile, save_profile
 
 
 def test_bundled_defaults_per_device_kind(tmp_path: Path) -> None:
@@ -66,8 +66,8 @@ def test_a_profile_from_before_attention_efficiency_still_loads(tmp_path: Path) 
 
 
 def test_attention_efficiency_scales_only_attention() -> None:
-    from autotune.catalogue import gpu, model
-    from workers.sim.perf import EngineShape, PerfModel
+    from autotune.domain.catalogue import gpu, model
+    from autotune.workers.sim.perf import EngineShape, PerfModel
 
     shape = EngineShape(max_num_seqs=16, max_num_batched_tokens=2048, block_size=32,
                         enable_chunked_prefill=True, enable_prefix_caching=True,
@@ -89,8 +89,8 @@ def test_attention_efficiency_scales_only_attention() -> None:
 def test_the_small_batch_surcharge_makes_the_step_concave_in_its_batch() -> None:
     """The first small_batch_seqs sequences of a step each cost cpu_small_batch_seq_s more; the
     rest cost cpu_seq_s alone. 0 (profiles from before it) leaves the step as it was."""
-    from autotune.catalogue import gpu, model
-    from workers.sim.perf import EngineShape, PerfModel
+    from autotune.domain.catalogue import gpu, model
+    from autotune.workers.sim.perf import EngineShape, PerfModel
 
     shape = EngineShape(max_num_seqs=32, max_num_batched_tokens=2048, block_size=32,
                         enable_chunked_prefill=True, enable_prefix_caching=True,

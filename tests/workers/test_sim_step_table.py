@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.sim.step_table import (
+from autotune.workers.sim.step_table import (
     TABLES_DIR,
     StepTable,
     layout_name,

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.telemetry import GpuMonitor, Watermarks, make_monitor, nvml_sampler
+from autotune.workers.telemetry import GpuMonitor, Watermarks, make_monitor, nvml_sampler
 
 
 @pytest.mark.parametrize("used, level", [(0.5, "ok"), (0.86, "warn"), (0.91, "flag"),

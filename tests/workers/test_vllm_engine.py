@@ -8,17 +8,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autotune.deployment import DeploymentSpec
-from autotune.engine_config import EngineConfig
+from autotune.domain.deployment import DeploymentSpec
+from autotune.domain.engine_config import EngineConfig
 from autotune.errors import EngineStartError
-from autotune.metrics import summarize
-from autotune.tiny_model import make_tiny_model
+from autotune.measure.metrics import summarize
+from autotune.measure.tiny_model import make_tiny_model
 from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import Trace
+from autotune.workers.vllm.backend import VllmBackend
+from autotune.workers.vllm.metrics import KV_USAGE, kv_usage, scrape
+from autotune.workers.vllm.process import port_is_free
 from tests.conftest import engine_python, public_trace, vllm_processes
-from workers.vllm.backend import VllmBackend
-from workers.vllm.metrics import KV_USAGE, kv_usage, scrape
-from workers.vllm.process import port_is_free
 
 pytestmark = pytest.mark.integration
 CPU = DeploymentSpec(name="cpu-tiny", model="tiny-llama", gpu="cpu", gpu_count=1,
@@ -107,10 +107,10 @@ def test_no_engine_outlives_a_killed_tuner(model_dir: Path, tmp_path: Path) -> N
     script = f"""
 import sys
 from pathlib import Path
-from autotune.deployment import DeploymentSpec
-from autotune.engine_config import EngineConfig
-from workers.vllm.backend import VllmBackend
-from workers.vllm.process import port_is_free
+from autotune.domain.deployment import DeploymentSpec
+from autotune.domain.engine_config import EngineConfig
+from autotune.workers.vllm.backend import VllmBackend
+from autotune.workers.vllm.process import port_is_free
 b = VllmBackend(model_path={str(model_dir)!r}, log_dir={str(tmp_path)!r},
                 command=[{engine_python()!r}, "-m", "vllm.entrypoints.openai.api_server"],
                 extra_args=["--load-format", "dummy", "--enforce-eager"])

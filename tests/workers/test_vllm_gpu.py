@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from autotune.deployment import DeploymentSpec
-from autotune.engine_config import EngineConfig
-from autotune.metrics import summarize
-from autotune.tiny_model import make_tiny_model
+from autotune.domain.deployment import DeploymentSpec
+from autotune.domain.engine_config import EngineConfig
+from autotune.measure.metrics import summarize
+from autotune.measure.tiny_model import make_tiny_model
 from autotune.traffic.formats import load_trace
+from autotune.workers.vllm.backend import VllmBackend
 from tests.conftest import public_trace, vllm_processes
-from workers.vllm.backend import VllmBackend
 
 pytestmark = pytest.mark.gpu
 

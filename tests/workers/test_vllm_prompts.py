@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from autotune.engine_config import EngineConfig
-from autotune.tiny_model import make_tiny_model
+from autotune.domain.engine_config import EngineConfig
+from autotune.measure.tiny_model import make_tiny_model
 from autotune.traffic.trace import Trace
-from workers.vllm.backend import VllmBackend
+from autotune.workers.vllm.backend import VllmBackend
 
 ROWS = [{"arrival_s": 0.1 * i, "prompt_tokens": 96, "output_tokens": 4, "hash_ids": [7, 100 + i],
          "hash_block_tokens": 32} for i in range(4)]

@@ -5,20 +5,20 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from autotune.backends import EngineBackend
-from autotune.deployment import DeploymentSpec
-from autotune.engine_config import EngineConfig
+from autotune.domain.deployment import DeploymentSpec
+from autotune.domain.engine_config import EngineConfig
+from autotune.domain.records import CalibrationResult, Measurement, ReplayResult
 from autotune.errors import ConfigError
-from autotune.records import CalibrationResult, Measurement, ReplayResult
+from autotune.measure.backends import EngineBackend
 from autotune.settings import get_settings
 from autotune.traffic.trace import Trace
-from workers.sim.calibrate import calibrate
-from workers.sim.engine import replay, replay_trace_closed_loop, start_perf
-from workers.sim.perf import EngineShape, PerfModel
-from workers.sim.perf_measured import MeasuredPerfModel
-from workers.sim.profile import Profile, find_profile, load_profile, save_profile
-from workers.sim.shape import engine_shape
-from workers.sim.step_table import ROOFLINE, layout_name, model_precision, select_step_model
+from autotune.workers.sim.calibrate import calibrate
+from autotune.workers.sim.engine import replay, replay_trace_closed_loop, start_perf
+from autotune.workers.sim.perf import EngineShape, PerfModel
+from autotune.workers.sim.perf_measured import MeasuredPerfModel
+from autotune.workers.sim.profile import Profile, find_profile, load_profile, save_profile
+from autotune.workers.sim.shape import engine_shape
+from autotune.workers.sim.step_table import ROOFLINE, layout_name, model_precision, select_step_model
 
 STEP_MODELS = (ROOFLINE, "measured")
 

@@ -2,7 +2,7 @@
 
 Each measurement is one real replay (engine arguments, trace, rate multiplier, the measured
 output throughput and latency percentiles, and the engine's decode step time by batch size and
-its prefill steps, autotune.step_timings). The fit simulates every measurement with candidate
+its prefill steps, autotune.domain.step_timings). The fit simulates every measurement with candidate
 coefficients and minimises the mean squared log error over the metrics below, with Nelder-Mead
 on the logarithms of the coefficients (they are positive and span orders of magnitude). The
 step timings are set against the step model directly: replays alone let a fit trade the fixed
@@ -23,14 +23,14 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import scipy.optimize
 
+from autotune.domain.records import LatencySummary, Measurement, ReplayResult
+from autotune.domain.step_timings import StepTime
 from autotune.errors import ConfigError, EngineStartError
-from autotune.metrics import summarize
-from autotune.records import LatencySummary, Measurement, ReplayResult
-from autotune.step_timings import StepTime
-from workers.sim.engine import replay, start_perf
-from workers.sim.perf import EngineShape, PerfModel, StartFailure
-from workers.sim.profile import Profile
-from workers.sim.shape import engine_shape
+from autotune.measure.metrics import summarize
+from autotune.workers.sim.engine import replay, start_perf
+from autotune.workers.sim.perf import EngineShape, PerfModel, StartFailure
+from autotune.workers.sim.profile import Profile
+from autotune.workers.sim.shape import engine_shape
 
 # Coefficients the fit moves; the memory ones come from the hardware, not from timings.
 FIT_COEFFICIENTS = ("cpu_step_s", "cpu_seq_s", "cpu_prefill_token_s", "hbm_efficiency",
@@ -38,7 +38,7 @@ FIT_COEFFICIENTS = ("cpu_step_s", "cpu_seq_s", "cpu_prefill_token_s", "hbm_effic
                     "cpu_small_batch_seq_s")
 # Metric -> weight in the loss. Medians pin the step times; the tail is what SLOs judge.
 TARGETS = {"output_tok_s": 1.0, "tpot_p50_ms": 1.0, "ttft_p50_ms": 0.5, "ttft_p99_ms": 0.5}
-# A replay's step timings (autotune.step_timings), each kind one term, each batch size or
+# A replay's step timings (autotune.domain.step_timings), each kind one term, each batch size or
 # prompt-length bin counting alike within it: decode steps pin the step model's form, prefill
 # steps its prompt cost apart from the frontend's (TTFT holds both).
 STEP_METRICS, STEP_WEIGHT = ("decode_step_ms", "prefill_step_ms"), 1.0

@@ -25,9 +25,9 @@ import heapq
 
 import numpy as np
 
-from autotune.records import ReplayResult
-from workers.sim.perf import PerfModel
-from workers.sim.scheduler import (
+from autotune.domain.records import ReplayResult
+from autotune.workers.sim.perf import PerfModel
+from autotune.workers.sim.scheduler import (
     INF,
     _lockstep_decode_runs,
     _lockstep_step,

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from autotune.deployment import DeploymentSpec
+from autotune.domain.deployment import DeploymentSpec
+from autotune.domain.records import ReplayResult
 from autotune.errors import EngineStartError
-from autotune.records import ReplayResult
 from autotune.traffic.trace import Trace
-from workers.sim.closed_loop import simulate_closed_loop
-from workers.sim.perf import EngineShape, PerfModel, StartFailure
-from workers.sim.perf_measured import MeasuredPerfModel
-from workers.sim.profile import Profile
-from workers.sim.scheduler import simulate, simulate_data_parallel
-from workers.sim.step_table import StepTable
+from autotune.workers.sim.closed_loop import simulate_closed_loop
+from autotune.workers.sim.perf import EngineShape, PerfModel, StartFailure
+from autotune.workers.sim.perf_measured import MeasuredPerfModel
+from autotune.workers.sim.profile import Profile
+from autotune.workers.sim.scheduler import simulate, simulate_data_parallel
+from autotune.workers.sim.step_table import StepTable
 
 
 def start_perf(shape: EngineShape, deployment: DeploymentSpec, profile: Profile,
@@ -54,7 +54,7 @@ def replay_closed_loop(perf: PerfModel, prompt_tokens: np.ndarray, output_tokens
                        start_s: np.ndarray | None = None) -> ReplayResult:
     """Requests of the given lengths, issued in array order by `concurrency` clients that each
     send their next request when their last one finished (`vllm bench serve --max-concurrency`;
-    see workers.sim.closed_loop). No prefix hashes. scheduled_s: each request's send time;
+    see autotune.workers.sim.closed_loop). No prefix hashes. scheduled_s: each request's send time;
     start_s: each client's first send time (default: all at once)."""
     no_hashes: tuple[tuple[int, ...], ...] = tuple(() for _ in range(len(prompt_tokens)))
     return simulate_closed_loop(perf, np.asarray(prompt_tokens), np.asarray(output_tokens),

@@ -25,15 +25,15 @@ from pathlib import Path
 import numpy as np
 
 from autotune.atomic import atomic_write_text
-from autotune.deployment import DeploymentSpec
-from autotune.engine_config import EngineConfig
+from autotune.domain.deployment import DeploymentSpec
+from autotune.domain.engine_config import EngineConfig
+from autotune.domain.records import Measurement, ReplayResult, percentile_ms
+from autotune.domain.step_timings import steps_from_json, steps_to_json
 from autotune.errors import ConfigError
-from autotune.metrics import summarize
-from autotune.records import Measurement, ReplayResult, percentile_ms
-from autotune.step_timings import steps_from_json, steps_to_json
-from autotune.tiny_model import make_tiny_model
+from autotune.measure.metrics import summarize
+from autotune.measure.tiny_model import make_tiny_model
 from autotune.traffic.trace import Trace
-from workers.vllm.backend import VllmBackend
+from autotune.workers.vllm.backend import VllmBackend
 
 log = logging.getLogger("autotune.fidelity")
 
@@ -41,7 +41,7 @@ CPU = DeploymentSpec(name="fidelity", model="tiny-llama", gpu="cpu", gpu_count=1
                      tensor_parallel_size=1, max_model_len=2048)
 SCALES = (1.5, 4.0)
 # The send lag is not predicted: it says whether the replay measured the engine or the box
-# (see autotune.capacity: a real trial above CapacitySearch.max_send_lag_p99_ms is client-bound).
+# (see autotune.measure.capacity: a real trial above CapacitySearch.max_send_lag_p99_ms is client-bound).
 OBSERVED = ("output_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "send_lag_p99_ms")
 # Nor is the host's steal: the share of the CPUs' time the hypervisor gave to other guests while
 # the replay ran (/proc/stat). A stolen CPU stalls engine and client alike; on a 2-core VM it

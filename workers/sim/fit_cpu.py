@@ -5,7 +5,7 @@ part, the profile's `cpu_step_s + cpu_seq_s * b + cpu_small_batch_seq_s * min(b,
 small_batch_seqs)` for b scheduled sequences (workers/sim/perf.py::PerfModel._cpu_s:
 scheduling, input preparation, sampling, output processing), summed, or overlapped where vLLM
 schedules asynchronously (PerfModel.overlap_cpu, vLLM's GPU default). A real sweep's decode
-step times by batch size (`autotune bench sweep --backend vllm`, autotune.step_timings) less
+step times by batch size (`autotune bench sweep --backend vllm`, autotune.domain.step_timings) less
 the step model's GPU time at the same batch and context are the CPU part, and a non-negative
 least-squares fit of those coefficients to them is the profile this writes:
 
@@ -29,17 +29,17 @@ from typing import Any
 import numpy as np
 import scipy.optimize
 
-from autotune.deployment import DeploymentSpec
-from autotune.engine_config import EngineConfig
+from autotune.domain.deployment import DeploymentSpec
+from autotune.domain.engine_config import EngineConfig
+from autotune.domain.step_timings import StepTime, steps_from_json
 from autotune.errors import ConfigError
-from autotune.metrics import summarize
-from autotune.step_timings import StepTime, steps_from_json
-from autotune.sweep import RECORD_KIND, SweepLoad
-from workers.sim.engine import replay_closed_loop, start_perf
-from workers.sim.perf import PerfModel
-from workers.sim.profile import Profile
-from workers.sim.shape import engine_shape
-from workers.sim.step_table import ROOFLINE, layout_name, model_precision, select_step_model
+from autotune.measure.metrics import summarize
+from autotune.measure.sweep import RECORD_KIND, SweepLoad
+from autotune.workers.sim.engine import replay_closed_loop, start_perf
+from autotune.workers.sim.perf import PerfModel
+from autotune.workers.sim.profile import Profile
+from autotune.workers.sim.shape import engine_shape
+from autotune.workers.sim.step_table import ROOFLINE, layout_name, model_precision, select_step_model
 
 # Overlapped steps: one measured this much above its GPU time is taken as CPU-bound.
 CPU_BOUND_MARGIN = 0.05

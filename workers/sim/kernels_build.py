@@ -17,8 +17,8 @@ from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
 
-from autotune.catalogue import GPU, Model
-from workers.sim.step_table import TABLE_FORMAT, layout_name, model_precision, table_filename
+from autotune.domain.catalogue import GPU, Model
+from autotune.workers.sim.step_table import TABLE_FORMAT, layout_name, model_precision, table_filename
 
 PACKAGE = "aiconfigurator-core"
 LICENCE = "Apache-2.0"

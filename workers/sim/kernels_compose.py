@@ -39,9 +39,9 @@ from typing import Any
 
 import numpy as np
 
-from autotune.catalogue import GPU, Model
-from workers.sim.kernels_build import SYSTEMS, KernelsUnavailable, _data_root, build_table
-from workers.sim.moe_estimate import (
+from autotune.domain.catalogue import GPU, Model
+from autotune.workers.sim.kernels_build import SYSTEMS, KernelsUnavailable, _data_root, build_table
+from autotune.workers.sim.moe_estimate import (
     Curve,
     MoeShape,
     error_summary,
@@ -50,7 +50,7 @@ from workers.sim.moe_estimate import (
     leave_one_split_out,
     nearest,
 )
-from workers.sim.step_table import model_precision
+from autotune.workers.sim.step_table import model_precision
 
 ESTIMATED_EXPERTS = "fp4"  # the catalogue's name for MXFP4 experts
 STAND_IN = "fp8_block"  # the MoE rows the package has at the target shape, replaced here

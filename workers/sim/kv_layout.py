@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autotune.catalogue import DSV4, GQA, MLA, Model
+from autotune.domain.catalogue import DSV4, GQA, MLA, Model
 from autotune.errors import ConfigError
 
 KV_DTYPE_BYTES = {"auto": 2.0, "bfloat16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0,

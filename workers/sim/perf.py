@@ -41,10 +41,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from autotune.catalogue import DSV4, GPU, Model
-from autotune.vocabulary import FailureClass
-from workers.sim.kv_layout import kv_layout
-from workers.sim.profile import Profile
+from autotune.domain.catalogue import DSV4, GPU, Model
+from autotune.domain.vocabulary import FailureClass
+from autotune.workers.sim.kv_layout import kv_layout
+from autotune.workers.sim.profile import Profile
 
 GIB = 2**30
 DSV4_PADDED_Q_HEADS = 64

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from autotune.catalogue import GPU, Model
-from workers.sim.perf import EngineShape, PerfModel, RankBatch
-from workers.sim.profile import Profile
-from workers.sim.step_table import StepTable
+from autotune.domain.catalogue import GPU, Model
+from autotune.workers.sim.perf import EngineShape, PerfModel, RankBatch
+from autotune.workers.sim.profile import Profile
+from autotune.workers.sim.step_table import StepTable
 
 
 class MeasuredPerfModel(PerfModel):

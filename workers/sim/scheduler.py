@@ -35,8 +35,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from autotune.records import ReplayResult
-from workers.sim.perf import PerfModel, RankBatch
+from autotune.domain.records import ReplayResult
+from autotune.workers.sim.perf import PerfModel, RankBatch
 
 MIN_RUN = 2  # a run of one step is just a step
 HORIZON_STEPS = 1 << 62

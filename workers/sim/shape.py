@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.baselines import effective_values
-from autotune.deployment import DeploymentSpec
-from autotune.engine_config import EngineConfig
+from autotune.domain.deployment import DeploymentSpec
+from autotune.domain.engine_config import EngineConfig
+from autotune.domain.vocabulary import FailureClass
 from autotune.errors import EngineStartError
-from autotune.rules import engine_refusals
-from autotune.vocabulary import FailureClass
-from workers.sim.perf import EngineShape, StartFailure
+from autotune.search.baselines import effective_values
+from autotune.search.rules import engine_refusals
+from autotune.workers.sim.perf import EngineShape, StartFailure
 
 
 def _check_args(values: dict[str, Any], device: str) -> None:

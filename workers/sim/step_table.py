@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.catalogue import Model
+from autotune.domain.catalogue import Model
 
 TABLES_DIR = Path(__file__).resolve().parent / "kernels"
 TABLE_FORMAT = 1

@@ -16,20 +16,20 @@ from typing import Any
 
 import numpy as np
 
-from autotune.backends import EngineBackend
-from autotune.baselines import effective_values
-from autotune.deployment import DeploymentSpec
-from autotune.engine_config import EngineConfig
+from autotune.domain.deployment import DeploymentSpec
+from autotune.domain.engine_config import EngineConfig
+from autotune.domain.records import ReplayResult
+from autotune.domain.vocabulary import FailureClass
 from autotune.errors import ConfigError, ReplayError
-from autotune.records import ReplayResult
+from autotune.measure.backends import EngineBackend
+from autotune.search.baselines import effective_values
 from autotune.traffic.prompts import prompt_token_ids
 from autotune.traffic.trace import Trace
-from autotune.vocabulary import FailureClass
-from workers.replay import ReplayPlan, run_replay
-from workers.telemetry import GpuMonitor, Watermarks, make_monitor
-from workers.vllm.cpu_affinity import isolate_workers, on_cores
-from workers.vllm.metrics import KvUsageSampler, engine_stats, scrape
-from workers.vllm.process import EngineProcess, free_port
+from autotune.workers.replay import ReplayPlan, run_replay
+from autotune.workers.telemetry import GpuMonitor, Watermarks, make_monitor
+from autotune.workers.vllm.cpu_affinity import isolate_workers, on_cores
+from autotune.workers.vllm.metrics import KvUsageSampler, engine_stats, scrape
+from autotune.workers.vllm.process import EngineProcess, free_port
 
 log = logging.getLogger("autotune.vllm")
 DEFAULT_COMMAND = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]

@@ -17,7 +17,7 @@ import logging
 import os
 from collections.abc import Iterator
 
-from workers.vllm.process import group_pids
+from autotune.workers.vllm.process import group_pids
 
 log = logging.getLogger("autotune.vllm")
 

@@ -1,0 +1,363 @@
+"""Resuming a campaign whose job died, and keeping a second live job off it.
+
+The lease. A campaign row names the job that runs it (`lease_owner`, a token unique to the job)
+and a counter that job bumps every `lease_s / 3` seconds from a heartbeat thread
+(`lease_renewals`). A job that finds the campaign owned watches the counter for `lease_s`:
+if it moves, the owner is alive and the job is refused; if it does not, the owner is dead and
+the job takes the campaign over with one compare-and-set UPDATE (same owner, same counter).
+The same statement is atomic on SQLite and PostgreSQL, and no two machines' clocks are ever
+compared. A live owner that cannot write for `lease_s` (a stalled database) may lose the
+campaign; its next heartbeat sees that and it stops before writing another result.
+
+Repair. Only the owner asks Optuna for trials, so after a takeover every RUNNING trial belongs
+to the dead job. Each result is written in the order Optuna attributes, our row, Optuna's tell,
+so a RUNNING trial that has our row died between the row and the tell: the tell is replayed
+from the row. One without a row never finished: its parameters are enqueued as a new WAITING
+trial first (system attr `autotune:retry_of`), and only then is the old trial failed and marked
+`autotune:requeued_as` (a crash between the two steps is seen and not enqueued twice). Every
+Optuna trial number therefore has one row in autotune_trials, or is FAIL with `requeued_as`.
+Optuna's own `fail_stale_trials` fails first and re-queues after, losing the trial if the job
+dies in between, and its heartbeats do not run for ask/tell trials; hence this explicit sweep.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import optuna
+from optuna.storages import BaseStorage
+from optuna.trial import FrozenTrial, TrialState
+from sqlalchemy import Engine, select, update
+from sqlalchemy.exc import IntegrityError
+
+from autotune.domain import optuna_keys as keys
+from autotune.domain.records import LatencySummary, TrialOutcome
+from autotune.domain.slo import SLO
+from autotune.domain.vocabulary import FailureClass, Role
+from autotune.errors import CampaignBusyError, ConfigError, StorageError
+from autotune.storage import repo
+from autotune.storage.db import session_scope
+from autotune.storage.models import Campaign, Deployment, Trial
+
+if TYPE_CHECKING:
+    from autotune.campaign.study.request import CampaignRequest
+
+log = logging.getLogger("autotune.campaign.resume")
+# What a resumed job must share with the dead one; the executor and parallelism may change.
+_SAME = ("trace_digest", "backend", "search_space", "max_trials", "seed", "screen_backend",
+         "screen_top")
+
+
+def _token() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Lease:
+    """This job's hold on one campaign row; renewed by a daemon thread until `finish`."""
+
+    def __init__(self, engine: Engine, campaign_id: int, owner: str, lease_s: float) -> None:
+        self.engine, self.campaign_id, self.owner, self.lease_s = engine, campaign_id, owner, lease_s
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _mine(self) -> Any:
+        return update(Campaign).where(Campaign.id == self.campaign_id,
+                                      Campaign.lease_owner == self.owner)
+
+    def renew(self) -> bool:
+        with session_scope(self.engine) as s:
+            rows = s.execute(self._mine().values(lease_renewals=Campaign.lease_renewals + 1,
+                                                 lease_heartbeat_at=repo.now())).rowcount  # type: ignore[attr-defined]
+        if not rows:
+            self.lost = True
+        return bool(rows)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._beat, name=f"lease-{self.campaign_id}",
+                                        daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.lease_s / 3):
+            try:
+                if not self.renew():
+                    log.error("campaign %d: another job took the campaign over; stopping",
+                              self.campaign_id)
+                    return
+            except Exception as exc:  # a database blip: keep trying until the lease runs out
+                log.warning("campaign %d: lease heartbeat failed: %s", self.campaign_id, exc)
+
+    def check(self) -> None:
+        """Raise before a write if another job has taken the campaign over."""
+        if self.lost:
+            raise StorageError(f"campaign {self.campaign_id} was taken over by another job "
+                               f"(this one could not renew its lease for {self.lease_s:g} s); "
+                               "this job stops without writing more")
+
+    def finish(self, status: str, message: str | None, wall_s: float) -> None:
+        """Record how the campaign ended and let go of it (only if it is still ours)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        with session_scope(self.engine) as s:
+            rows = s.execute(self._mine().values(
+                status=status, message=message, finished_at=repo.now(), wall_s=wall_s,
+                lease_owner=None)).rowcount  # type: ignore[attr-defined]
+        if not rows:
+            log.error("campaign %d: not ours any more; its status was left to its new owner",
+                      self.campaign_id)
+
+
+@dataclass
+class Claim:
+    campaign_id: int
+    lease: Lease
+    created: bool  # a new campaign (False: a resumed one)
+
+    def abandon(self) -> None:
+        """Undo the claim when the job cannot start: a new campaign leaves no trace."""
+        with session_scope(self.lease.engine) as s:
+            c = s.get(Campaign, self.campaign_id)
+            if c is not None and c.lease_owner == self.lease.owner:
+                if self.created:
+                    s.delete(c)
+                else:
+                    c.lease_owner = None
+
+
+def _find(session: Any, request: CampaignRequest) -> Campaign | None:
+    return session.scalar(select(Campaign).join(Deployment).where(
+        Campaign.name == request.campaign, Deployment.name == request.deployment.name))
+
+
+def differences(c: Campaign, request: CampaignRequest) -> list[str]:
+    """What the request would change in a stored campaign, each as `what stored (asked ...)`;
+    empty if it asks for the same campaign (the executor and parallelism may change)."""
+    asked = {"trace_digest": request.trace.digest, "backend": request.backend,
+             "search_space": request.search_space, "max_trials": request.max_trials,
+             "seed": request.seed,
+             "screen_backend": request.screen.backend if request.screen else None,
+             "screen_top": request.screen.top if request.screen else None}
+    diffs = []
+    if c.slo != request.slo.to_dict():
+        diffs.append(f"SLO {SLO.from_dict(c.slo)} (asked {request.slo})")
+    if c.trace_digest != request.trace.digest:
+        same_file = c.trace_ref == request.trace_ref
+        diffs.append(f"trace {c.trace_ref} (asked "
+                     + ("the same file, whose contents have changed" if same_file
+                        else request.trace_ref) + ")")
+    diffs += [f"{f} {getattr(c, f)!r} (asked {asked[f]!r})" for f in _SAME
+              if f != "trace_digest" and getattr(c, f) != asked[f]]
+    return diffs
+
+
+def stored_sampler(storage_url: str, study_name: str) -> str | None:
+    """The --sampler a campaign's study was last run with (None: no such study, or none
+    recorded)."""
+    storage = optuna.storages.RDBStorage(storage_url)
+    try:
+        study_id = storage.get_study_id_from_name(study_name)
+        return storage.get_study_user_attrs(study_id).get(keys.SAMPLER)
+    except KeyError:
+        return None
+    finally:
+        storage.engine.dispose()
+
+
+def sampler_change(stored: str | None, asked: str, campaign: str, completed: bool) -> str | None:
+    """The warning for a campaign run again with another --sampler, None for the same one.
+    Not a refusal: the sampler decides which configs are proposed, not what a measurement
+    means, and Optuna continues a study with another sampler."""
+    if stored is None or stored == asked:
+        return None
+    if completed:
+        return (f"campaign {campaign!r} was run with --sampler {stored}; its result is shown as "
+                f"it is (give --new-campaign to search with --sampler {asked})")
+    return (f"campaign {campaign!r} was started with --sampler {stored}; its remaining trials "
+            f"are proposed by --sampler {asked}")
+
+
+def _check_same(c: Campaign, request: CampaignRequest) -> None:
+    diffs = differences(c, request)
+    if diffs:
+        raise ConfigError(f"campaign {request.campaign!r} of deployment "
+                          f"{request.deployment.name!r} was started with {', '.join(diffs)}; "
+                          "resume it with the same settings or choose another --campaign name")
+
+
+def _new_campaign(engine: Engine, request: CampaignRequest, owner: str) -> int | None:
+    r = request
+    try:
+        with session_scope(engine) as s:
+            dep = repo.ensure_deployment(s, r.deployment)
+            # The model its real engines load is what its published YAML will name.
+            if model_path := r.backend_options.get("model_path"):
+                dep.model_path = str(model_path)
+            c = Campaign(
+                deployment_id=dep.id, name=r.campaign, slo=r.slo.to_dict(), trace_ref=r.trace_ref,
+                trace_digest=r.trace.digest, backend=r.backend, executor=r.executor,
+                search_space=r.search_space, study_name=r.study_name, max_trials=r.max_trials,
+                seed=r.seed, screen_backend=r.screen.backend if r.screen else None,
+                screen_top=r.screen.top if r.screen else None,
+                status="running", started_at=repo.now(), lease_owner=owner,
+                lease_renewals=0, lease_heartbeat_at=repo.now())
+            s.add(c)
+            s.flush()
+            return c.id
+    except IntegrityError:  # another job created it a moment ago: treat it as existing
+        return None
+
+
+def _take_over(engine: Engine, c_id: int, executor: str, owner: str,
+               seen: tuple[str | None, int]) -> bool:
+    with session_scope(engine) as s:
+        rows = s.execute(update(Campaign).where(
+            Campaign.id == c_id, Campaign.lease_owner.is_(None) if seen[0] is None
+            else Campaign.lease_owner == seen[0], Campaign.lease_renewals == seen[1]).values(
+            lease_owner=owner, lease_renewals=seen[1] + 1, lease_heartbeat_at=repo.now(),
+            status="running", message=None, finished_at=None, executor=executor)).rowcount  # type: ignore[attr-defined]
+    return bool(rows)
+
+
+def claim_campaign(engine: Engine, request: CampaignRequest, lease_s: float) -> Claim:
+    """Create the campaign, or take over one whose job is dead; refuse one a live job runs."""
+    owner = _token()
+    created = _new_campaign(engine, request, owner)
+    if created is not None:
+        return Claim(created, Lease(engine, created, owner, lease_s), created=True)
+    with session_scope(engine) as s:
+        c = _find(s, request)
+        if c is None:
+            raise StorageError(f"campaign {request.campaign!r} could neither be created nor "
+                               "found; check the database")
+        if c.status == "completed":
+            raise ConfigError(f"campaign {request.campaign!r} of deployment "
+                              f"{request.deployment.name!r} is already completed")
+        _check_same(c, request)
+        c_id, seen = c.id, (c.lease_owner, c.lease_renewals)
+    if seen[0] is not None:
+        # Owned: alive if its counter moves within one lease period, dead if it does not.
+        deadline = time.monotonic() + lease_s
+        while time.monotonic() < deadline:
+            time.sleep(min(lease_s / 6, max(deadline - time.monotonic(), 0)))
+            with session_scope(engine) as s:
+                now = s.get(Campaign, c_id)
+                assert now is not None
+                if (now.lease_owner, now.lease_renewals) != seen:
+                    break
+    if not _take_over(engine, c_id, request.executor, owner, seen):
+        with session_scope(engine) as s:
+            now = s.get(Campaign, c_id)
+            holder = now.lease_owner if now is not None else None
+        who = f"another live job ({holder})" if holder else "another job that has just let go"
+        raise CampaignBusyError(f"campaign {request.campaign!r} of deployment "
+                                f"{request.deployment.name!r} is being run by {who}; wait for it "
+                                "to finish or stop it, then run this again")
+    log.warning("%s: resuming the campaign (previous job %s)", request.study_name,
+                seen[0] or "stopped")
+    return Claim(c_id, Lease(engine, c_id, owner, lease_s), created=False)
+
+
+# -- the study ---------------------------------------------------------------------------------
+def ensure_baselines(study: optuna.Study, baseline_params: dict[str, dict[str, Any]]) -> None:
+    """Enqueue the baselines a study does not hold yet (a job can die between enqueues)."""
+    roles = {t.user_attrs.get(keys.ROLE) for t in study.get_trials(deepcopy=False)}
+    for role, params in baseline_params.items():
+        if role not in roles:
+            study.enqueue_trial(params, user_attrs={keys.ROLE: role})
+
+
+def ensure_references(study: optuna.Study,
+                      references: list[tuple[str, str, dict[str, Any], dict[str, Any]]]) -> None:
+    """Enqueue the (tag, role, params, exact config) references a study does not hold yet: the
+    incumbent and the warm starts. Their exact config rides along as a user attribute, so a
+    setting the space does not tune is kept too."""
+    tags = {t.user_attrs.get(keys.ENQUEUE_TAG) for t in study.get_trials(deepcopy=False)}
+    for tag, role, params, config in references:
+        if tag not in tags:
+            study.enqueue_trial(params, user_attrs={keys.ROLE: role, keys.ENQUEUE_TAG: tag,
+                                                    keys.ENGINE_CONFIG: config})
+
+
+def requeue(storage: BaseStorage, study: optuna.Study, trial: FrozenTrial) -> int:
+    """Fail a trial that never finished, its parameters enqueued again first (or found
+    enqueued by an earlier, interrupted requeue); returns the new trial's number."""
+    trials = study.get_trials(deepcopy=False)
+    earlier = [t.number for t in trials if t.system_attrs.get(keys.RETRY_OF) == trial.number]
+    number: int | None = earlier[0] if earlier else None
+    if number is None:
+        params = dict(trial.system_attrs.get(keys.FIXED_PARAMS) or trial.params)
+        template = optuna.trial.create_trial(
+            state=TrialState.WAITING, system_attrs={keys.FIXED_PARAMS: params,
+                                                    keys.RETRY_OF: trial.number},
+            user_attrs={keys.ROLE: trial.user_attrs.get(keys.ROLE, Role.PROPOSED),
+                        "retry_of": trial.number,
+                        # A reference's exact config (see autotune.campaign.study.loop), and the backend and
+                        # screening trial of a multi-fidelity campaign's real trial.
+                        **{k: trial.user_attrs[k]
+                           for k in (keys.ENGINE_CONFIG, keys.FIDELITY, keys.SCREEN_OF)
+                           if k in trial.user_attrs}})
+        study_id = storage.get_study_id_from_name(study.study_name)
+        new_id = storage.create_new_trial(study_id, template_trial=template)
+        number = storage.get_trial_number_from_id(new_id)
+    storage.set_trial_system_attr(trial._trial_id, keys.REQUEUED_AS, number)
+    storage.set_trial_user_attr(trial._trial_id, "requeued_as", number)
+    storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+    log.warning("%s trial %d: its job died before it finished; re-queued as trial %d",
+                study.study_name, trial.number, number)
+    return number
+
+
+def repair(storage: BaseStorage, study: optuna.Study, rows: dict[int, Trial]) -> list[int]:
+    """Settle the trials a dead job left RUNNING; returns the numbers that were re-queued."""
+    requeued = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        row = rows.get(t.number)
+        if row is not None:  # died between our row and Optuna's tell: replay the tell
+            log.warning("%s trial %d: stored but not told to Optuna; telling it now",
+                        study.study_name, t.number)
+            study.tell(t.number, row.capacity_output_tok_s)
+        else:
+            requeue(storage, study, t)
+            requeued.append(t.number)
+    return requeued
+
+
+# -- the rows back into the controller's memory ------------------------------------------------
+def _summary(data: dict[str, Any] | None) -> LatencySummary | None:
+    if data is None:
+        return None
+    fields = LatencySummary.model_fields
+    # Stored JSON turned NaN into null; the required floats get their NaN back.
+    return LatencySummary.model_validate(
+        {k: (math.nan if v is None and k in fields and fields[k].is_required() else v)
+         for k, v in data.items()})
+
+
+def outcome_of(row: Trial) -> TrialOutcome:
+    """The measurement a stored trial holds, as the executor once returned it."""
+    return TrialOutcome(
+        trial_number=row.number, capacity_output_tok_s=row.capacity_output_tok_s,
+        capacity_rate_scale=row.capacity_rate_scale,
+        at_capacity=_summary(row.latency) if row.capacity_rate_scale > 0 else None,
+        at_recorded_rate=_summary(row.latency_recorded_rate),
+        failure_class=FailureClass(row.failure_class) if row.failure_class else None,
+        failure_message=row.failure_message,
+        start_s=row.start_s, measure_s=row.measure_s, replays=list(row.replays),
+        started_at_epoch_s=row.started_at.timestamp() if row.started_at else 0.0,
+        worker=dict(row.worker), telemetry=dict(row.telemetry))
+
+
+def stored_trials(engine: Engine, campaign_id: int) -> dict[int, Trial]:
+    with session_scope(engine) as s:
+        return {t.number: t for t in s.scalars(select(Trial).where(
+            Trial.campaign_id == campaign_id))}

@@ -1,0 +1,224 @@
+"""Hardware and model facts the baselines and the simulator need.
+
+GPU figures are the vendors' datasheet numbers (dense, no sparsity). Model figures are the
+architecture numbers of each model's published `config.json` and model card; every entry names
+its source. Parameter counts are the model cards' (total and active per token); the simulator
+derives its KV-cache layout and its expert counts from the architecture numbers here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autotune.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class GPU:
+    name: str
+    device: str  # "gpu" or "cpu"
+    memory_gib: float  # as the driver reports it (141 GB = 140.4 GiB on an H200)
+    hbm_tb_s: float  # memory bandwidth, TB/s
+    bf16_tflops: float  # dense
+    fp8_tflops: float  # dense; equal to bf16 where there is no FP8 unit
+    link_gb_s: float  # per-GPU interconnect bandwidth for all-reduce (NVLink or PCIe)
+    # CUDA compute capability as vLLM's DeviceCapability.to_int() writes it: 90 for 9.0
+    # (Hopper), 80 for Ampere's A100, 89 for Ada; 0 for the CPU build. Rules on attention
+    # backends and quantisation kernels are keyed on it.
+    compute_capability: int
+    a100_class: bool = False
+
+
+# Attention kinds the simulator's KV layout knows.
+GQA, MLA, DSV4 = "gqa", "mla", "dsv4"
+
+# Weight formats (dense_quant / expert_quant) and their bytes per parameter, scales included:
+# "fp8" one scale per tensor or channel, "fp8_block" one per quant_block x quant_block tile
+# (both ~1 byte); "fp4" DeepSeek-V4's 4-bit experts (0.5 B + block scales); "nvfp4" E2M1 with
+# one FP8 scale per 16 weights (0.5 + 1/16); "mxfp4" E2M1 with one E8M0 scale per 32 weights
+# (0.5 + 1/32, gpt-oss's experts); "int4_wo" 4-bit integer weights with bf16 activations
+# (0.5 B + a bf16 scale per group, 32 in Kimi-K2.5: 0.5 + 2/32).
+QUANT_FORMATS: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "fp4": 0.53,
+                                   "nvfp4": 0.5625, "mxfp4": 0.53125, "int4_wo": 0.5625}
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    total_params_b: float  # billions, model card
+    active_params_b: float  # billions per token, model card
+    # Bytes per parameter as served: dense (attention, shared experts, embeddings) and routed
+    # experts separately, since DeepSeek-V4 ships its experts in FP4 and the rest in FP8.
+    dense_bytes_per_param: float
+    expert_bytes_per_param: float
+    num_layers: int
+    hidden_size: int
+    vocab_size: int
+    max_context: int
+    attention: str  # GQA, MLA or DSV4
+    num_heads: int
+    num_kv_heads: int  # GQA; 1 for the latent (replicated) caches of MLA and DSV4
+    head_dim: int  # GQA and DSV4 (the shared K=V entry width); MLA: qk_nope + rope
+    intermediate_size: int  # dense MLP width (dense layers only)
+    source: str
+    kv_lora_rank: int = 0  # MLA latent width
+    qk_rope_head_dim: int = 0  # MLA / DSV4 rotary part of each entry
+    v_head_dim: int = 0  # MLA
+    # DSV4 hybrid attention: per-layer compression ratio (0 = sliding window only), the raw
+    # window every layer keeps, and the CSA indexer's key width and top-k.
+    compress_ratios: tuple[int, ...] = ()
+    sliding_window: int = 0
+    # GQA models with sliding-window layers (gpt-oss: every other layer attends to the last
+    # `sliding_window` tokens only): how many of the layers do. 0 = all layers attend fully.
+    sliding_window_layers: int = 0
+    index_head_dim: int = 0
+    index_topk: int = 0
+    # Mixture of experts: routed experts per MoE layer (0 = dense model), how many a token
+    # uses, the width of one expert, shared experts, and how many leading layers are dense.
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    num_shared_experts: int = 0
+    first_dense_layers: int = 0
+    # Multi-token-prediction layers shipped with the checkpoint, which vLLM drafts with
+    # (speculative_config method `mtp`; no separate draft model).
+    mtp: bool = False
+    # Weight formats as served, which the rules on kernels and shard sizes key on: one of
+    # QUANT_FORMATS. Dense means attention, shared experts, dense MLPs and embeddings.
+    dense_quant: str = "bf16"
+    expert_quant: str = "bf16"
+    quant_block: int = 0  # the block of a block-wise quantisation (128); 0 = none
+    # The checkpoint's Hugging Face id, as vLLM's recipe (vllm-project/recipes,
+    # models/<org>/<model>.yaml) serves it: what a published config names as `model` when the
+    # deployment's campaigns loaded no other path. Empty for a model with none (tiny-llama).
+    hf_id: str = ""
+
+    @property
+    def moe_layers(self) -> int:
+        return self.num_layers - self.first_dense_layers if self.num_experts else 0
+
+    @property
+    def routed_expert_params(self) -> float:
+        """Parameters of all routed experts together (gate, up and down projections)."""
+        return float(self.moe_layers * self.num_experts * 3 * self.hidden_size
+                     * self.moe_intermediate_size)
+
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes of the served weights, all GPUs together."""
+        experts = min(self.routed_expert_params, self.total_params_b * 1e9)
+        dense = self.total_params_b * 1e9 - experts
+        return dense * self.dense_bytes_per_param + experts * self.expert_bytes_per_param
+
+
+def _dsv4_ratios(layers: int) -> tuple[int, ...]:
+    # Layers 0 and 1 keep only the sliding window; from layer 2 on, layers alternate between
+    # CSA (ratio 4, with an indexer) and HCA (ratio 128), starting with CSA.
+    return (0, 0) + tuple(4 if i % 2 == 0 else 128 for i in range(2, layers))
+
+
+GPUS: dict[str, GPU] = {
+    g.name: g
+    for g in (
+        # NVIDIA datasheets (A100 80GB SXM, H100 SXM, H200 SXM, L40S).
+        GPU("A100-80GB", "gpu", 80.0, 2.039, 312, 312, 300, 80, a100_class=True),
+        GPU("H100-80GB", "gpu", 79.6, 3.35, 989, 1979, 450, 90),
+        GPU("H200-141GB", "gpu", 140.4, 4.8, 989, 1979, 450, 90),
+        GPU("L40S", "gpu", 45.0, 0.864, 362, 733, 32, 89),
+        # NVIDIA HGX B200 datasheet, per GPU: 180 GB HBM3e (183,359 MiB as nvidia-smi reports
+        # it), 7.7 TB/s, dense BF16 2.25 PFLOPS and FP8 4.5 PFLOPS (half the sparse figures),
+        # NVLink 5 at 1.8 TB/s both directions (900 GB/s each way); sm_100.
+        GPU("B200-180GB", "gpu", 179.1, 7.7, 2250, 4500, 900, 100),
+        # NVIDIA HGX B300 datasheet, per GPU: 288 GB HBM3e (275,040 MiB as nvidia-smi reports
+        # it), 7.75 TB/s (62 TB/s for 8), dense BF16 2.25 and FP8 4.5 PFLOPS, NVLink 5 as B200;
+        # sm_103. Figures as aiconfigurator-core 0.12.0's systems/b300_sxm.yaml restates them.
+        GPU("B300-288GB", "gpu", 268.6, 7.75, 2250, 4500, 900, 103),
+        # The vLLM CPU build; its KV cache is VLLM_CPU_KVCACHE_SPACE, not a share of memory.
+        # Bandwidth and FLOPs are a 2-core VM's order of magnitude; calibration fits the rest.
+        GPU("cpu", "cpu", 16.0, 0.02, 0.2, 0.2, 10, 0),
+    )
+}
+
+MODELS: dict[str, Model] = {
+    m.name: m
+    for m in (
+        Model("DeepSeek-V4-Flash", 284, 13, 1.0, 0.53, 43, 4096, 129_280, 1_048_576,
+              DSV4, 64, 1, 512, 0,
+              "deepseek-ai/DeepSeek-V4-Flash config.json and model card: 43 layers, hidden 4096, "
+              "64 heads, one 512-wide K=V entry (rope 64), sliding window 128, compress_ratios "
+              "0,0 then 4/128 alternating, indexer 128-wide top-512; 256 routed experts + 1 "
+              "shared, 6 per token, expert width 2048, all layers MoE; 284B total, 13B active; "
+              "experts FP4 (0.5 B + block scales), the rest FP8; an MTP module (vLLM's recipe "
+              "for it, vllm-project/recipes, drafts with speculative method mtp)",
+              qk_rope_head_dim=64, compress_ratios=_dsv4_ratios(43), sliding_window=128,
+              index_head_dim=128, index_topk=512, num_experts=256, experts_per_token=6,
+              moe_intermediate_size=2048, num_shared_experts=1, mtp=True,
+              dense_quant="fp8_block", expert_quant="fp4", quant_block=128,
+              hf_id="deepseek-ai/DeepSeek-V4-Flash"),
+        Model("DeepSeek-V4-Pro", 1600, 49, 1.0, 0.53, 61, 7168, 129_280, 1_048_576,
+              DSV4, 128, 1, 512, 0,
+              "deepseek-ai/DeepSeek-V4-Pro config.json and model card: 61 layers, hidden 7168, "
+              "128 heads, 512-wide K=V entry (rope 64), sliding window 128, the Flash "
+              "compression pattern; 384 routed experts + 1 shared, 6 per token, expert width "
+              "3072; 1.6T total, 49B active; experts FP4, the rest FP8; an MTP module, as Flash",
+              qk_rope_head_dim=64, compress_ratios=_dsv4_ratios(61), sliding_window=128,
+              index_head_dim=128, index_topk=512, num_experts=384, experts_per_token=6,
+              moe_intermediate_size=3072, num_shared_experts=1, mtp=True,
+              dense_quant="fp8_block", expert_quant="fp4", quant_block=128,
+              hf_id="deepseek-ai/DeepSeek-V4-Pro"),
+        Model("DeepSeek-V3", 671, 37, 1.0, 1.0, 61, 7168, 129_280, 163_840,
+              MLA, 128, 1, 192, 18_432,
+              "deepseek-ai/DeepSeek-V3 config.json: 61 layers, hidden 7168, 128 heads, MLA "
+              "kv_lora_rank 512 + qk_rope 64 (qk_nope 128, v 128); 256 routed experts + 1 "
+              "shared, 8 per token, expert width 2048, first 3 layers dense (18432); FP8; "
+              "num_nextn_predict_layers 1 (MTP); quantization_config fp8, weight_block_size [128, 128]",
+              kv_lora_rank=512, qk_rope_head_dim=64, v_head_dim=128, num_experts=256,
+              experts_per_token=8, moe_intermediate_size=2048, num_shared_experts=1,
+              first_dense_layers=3, mtp=True, dense_quant="fp8_block",
+              expert_quant="fp8_block", quant_block=128, hf_id="deepseek-ai/DeepSeek-V3"),
+        Model("Llama-3.1-8B", 8.03, 8.03, 2.0, 2.0, 32, 4096, 128_256, 131_072,
+              GQA, 32, 8, 128, 14_336,
+              "meta-llama/Llama-3.1-8B config.json: 32 layers, hidden 4096, 32 heads, 8 KV "
+              "heads of dim 128, MLP 14336, vocab 128256; BF16",
+              # The recipe serves the Instruct model (the same architecture).
+              hf_id="meta-llama/Llama-3.1-8B-Instruct"),
+        Model("Qwen3-8B", 8.19, 8.19, 2.0, 2.0, 36, 4096, 151_936, 40_960,
+              GQA, 32, 8, 128, 12_288,
+              "Qwen/Qwen3-8B config.json: 36 layers, hidden 4096, 32 heads, 8 KV heads of dim "
+              "128, MLP 12288, vocab 151936, max_position_embeddings 40960; BF16",
+              hf_id="Qwen/Qwen3-8B"),
+        Model("tiny-llama", 0.003, 0.003, 2.0, 2.0, 2, 256, 2_048, 4_096,
+              GQA, 4, 2, 64, 1_024,
+              "the tiny model `autotune models make-tiny` writes (autotune/measure/tiny_model.py "
+              "defaults): 2 layers, hidden 256, 4 heads, 2 KV heads of dim 64, MLP 1024, vocab "
+              "2048; BF16"),
+    )
+}
+
+
+def _lookup(kind: str, table: dict, name: str):  # type: ignore[no-untyped-def]
+    for key, value in table.items():
+        if key.lower() == name.lower() or key.lower().split("-")[0] == name.lower():
+            return value
+    raise ConfigError(f"unknown {kind} {name!r}; known: {', '.join(table)}")
+
+
+def gpu(name: str) -> GPU:
+    """A GPU by name; the short form ("H200") works too."""
+    return _lookup("GPU", GPUS, name)  # type: ignore[no-any-return]
+
+
+def model(name: str) -> Model:
+    """A model by catalogue name (or its short form), by Hugging Face id (the hand-checked
+    entries first, then the bundled config.json files), or from a local model directory or
+    config.json (autotune/domain/model_sources.py). ConfigError for anything else."""
+    try:
+        return _lookup("model", MODELS, name)  # type: ignore[no-any-return]
+    except ConfigError:
+        pass
+    for entry in MODELS.values():
+        if entry.hf_id and entry.hf_id.lower() == name.lower():
+            return entry
+    from autotune.domain.model_sources import resolve  # reads files: only for names not found above
+
+    return resolve(name)

@@ -1,0 +1,296 @@
+"""A catalogue Model from a Hugging Face `config.json`.
+
+Reads the architecture fields vLLM's model classes read (vllm/model_executor/models/<arch>.py)
+for three families: dense and MoE GQA models (Llama, Qwen3, Mistral, Qwen3-MoE, Mixtral,
+MiniMax-M2, gpt-oss), and MLA models (DeepSeek-V3, Kimi-K2/K2.5, whose multimodal config nests
+the language model under `text_config`). Parameter counts are derived from the architecture
+(embeddings, attention projections, MLPs, routed and shared experts, routers; norms and biases
+are left out, under 0.1%), and the weight formats and bytes from `quantization_config` (or a
+ModelOpt `hf_quant_config.json` beside the file): which modules are quantised follows the
+checkpoint's exclusion list the way vLLM's quantisation configs apply it.
+
+Active parameters count what one token's forward pass multiplies by: everything but the input
+embedding table (a lookup) and the routed experts a token does not use; the model cards count
+the same way (gpt-oss-120b: 5.1B active of 117B).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune.domain.catalogue import GQA, MLA, QUANT_FORMATS, Model
+from autotune.errors import ConfigError
+
+# A representative module name per part of a decoder layer, as checkpoints name them; the
+# exclusion lists (`ignore`, `modules_to_not_convert`, `exclude_modules`) are matched on these.
+_MODULES = {"attention": "model.layers.0.self_attn.o_proj", "mlp": "model.layers.0.mlp.down_proj",
+            "shared": "model.layers.0.mlp.shared_experts.down_proj",
+            "experts": "model.layers.0.mlp.experts.0.down_proj"}
+
+
+@dataclass(frozen=True)
+class _Quant:
+    name: str  # a QUANT_FORMATS key
+    block: int  # quant_block (fp8_block); 0 otherwise
+    bytes_per_param: float
+    excluded: tuple[str, ...]  # exclusion patterns
+    experts_only: bool = False  # mxfp4: vLLM quantises the MoE layers only
+
+
+def read_model_config(path: Path, name: str | None = None, hf_id: str = "",
+                      quant_path: Path | None = None) -> Model:
+    """The Model of a config.json. name: the catalogue name to give it (default: its folder's,
+    or the file's stem); quant_path: a ModelOpt hf_quant_config.json (default: the one beside
+    the file, if any). ConfigError naming the file and the field for anything missing."""
+    cfg = _load(path)
+    if quant_path is None:
+        beside = path.with_name("hf_quant_config.json" if path.name == "config.json"
+                                else path.name.replace("_config.json", "_hf_quant_config.json"))
+        quant_path = beside if beside != path and beside.is_file() else None
+    text = cfg.get("text_config")
+    # Multimodal checkpoints (Kimi-K2.5) describe the language model in text_config.
+    arch = text if isinstance(text, dict) and "num_hidden_layers" in text else cfg
+    qcfg = arch.get("quantization_config") or cfg.get("quantization_config")
+    if qcfg is None and quant_path is not None:
+        qcfg = _load(quant_path)
+    where = str(path)
+    if "compress_ratios" in arch:
+        raise ConfigError(f"{where}: DeepSeek-V4's hybrid attention is not read from config.json; "
+                          "use the catalogue entries DeepSeek-V4-Flash or DeepSeek-V4-Pro")
+    _refuse_hybrid(arch, where)
+    quant = _quant(qcfg, where)
+    return _model(arch, quant, where, name or _default_name(path), hf_id)
+
+
+# Fields of layer kinds the simulator has no model for: Mamba/SSM layers (Nemotron-H), linear
+# attention (Qwen3.5's gated delta net, Kimi-K3), per-layer hybrid patterns.
+_HYBRID_PREFIXES = ("mamba_", "linear_", "ssm_", "hybrid_", "layers_block_type",
+                    "full_attention_interval")
+_KNOWN_LAYER_TYPES = {"full_attention", "sliding_attention"}
+
+
+def _refuse_hybrid(cfg: dict[str, Any], where: str) -> None:
+    """ConfigError for a config whose layers are not all (sliding-window) attention: read as
+    plain attention it would be modelled wrong without a word."""
+    odd = sorted(k for k in cfg if k.startswith(_HYBRID_PREFIXES))
+    odd += [f"layer_types {t!r}" for t in sorted(set(cfg.get("layer_types") or []))
+            if t not in _KNOWN_LAYER_TYPES]
+    if odd:
+        raise ConfigError(f"{where}: {', '.join(odd[:3])}: layers other than attention (Mamba, "
+                          "linear attention) are not modelled; choose a catalogue model or a "
+                          "transformer-only config")
+
+
+def _load(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"model config {path}: cannot read it ({exc.strerror}); pass a "
+                          "config.json or a model directory holding one") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"model config {path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"model config {path}: expected a JSON object")
+    return data
+
+
+def _default_name(path: Path) -> str:
+    if path.name == "config.json":
+        return path.resolve().parent.name
+    return path.name.removesuffix(".json").removesuffix("_config")
+
+
+def _need(cfg: dict[str, Any], key: str, where: str) -> int:
+    value = cfg.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        found = "missing" if value is None else f"{value!r}, not a positive integer"
+        raise ConfigError(f"{where}: field {key!r} is {found}; a model config needs it "
+                          "(the model's published config.json has it)")
+    return value
+
+
+def _first(cfg: dict[str, Any], *keys: str) -> Any:
+    return next((cfg[k] for k in keys if cfg.get(k) is not None), None)
+
+
+def _quant(qcfg: dict[str, Any] | None, where: str) -> _Quant:
+    """The weight format of a quantization_config (or hf_quant_config.json)."""
+    if not qcfg:
+        return _Quant("bf16", 0, 2.0, ())
+    if "quantization" in qcfg and isinstance(qcfg["quantization"], dict):  # hf_quant_config.json
+        qcfg = {"quant_method": "modelopt", **qcfg["quantization"]}
+    method = str(qcfg.get("quant_method", "")).lower()
+    excluded = tuple(str(p) for p in (qcfg.get("ignore") or qcfg.get("modules_to_not_convert")
+                                      or qcfg.get("exclude_modules") or []))
+    if method == "fp8":
+        # vllm/model_executor/layers/quantization/fp8.py::Fp8Config: weight_block_size gives
+        # one scale per [n, k] tile; without it one scale per tensor.
+        block = qcfg.get("weight_block_size")
+        if block:
+            return _Quant("fp8_block", int(block[0]), 1.0, excluded)
+        return _Quant("fp8", 0, 1.0, excluded)
+    if method == "mxfp4":
+        # vllm/model_executor/layers/quantization/mxfp4.py::Mxfp4Config.get_quant_method: linear
+        # layers stay unquantised, the MoE experts are MXFP4.
+        return _Quant("mxfp4", 0, QUANT_FORMATS["mxfp4"], excluded, experts_only=True)
+    if method.startswith("modelopt"):
+        # vllm/model_executor/layers/quantization/modelopt.py QUANT_ALGOS.
+        algo = str(qcfg.get("quant_algo", "")).upper()
+        if algo in ("FP8", "FP8_PER_CHANNEL_PER_TOKEN"):
+            return _Quant("fp8", 0, 1.0, excluded)
+        if algo == "FP8_PB_WO":
+            return _Quant("fp8_block", 128, 1.0, excluded)
+        if algo in ("NVFP4", "W4A16_NVFP4"):
+            return _Quant("nvfp4", 0, QUANT_FORMATS["nvfp4"], excluded)
+        raise ConfigError(f"{where}: ModelOpt quant_algo {algo or 'missing'!r} is not one autotune "
+                          "knows (FP8, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO, NVFP4)")
+    if method == "compressed-tensors":
+        return _compressed_tensors(qcfg, excluded, where)
+    raise ConfigError(f"{where}: quant_method {method or 'missing'!r} is not one autotune knows "
+                      "(fp8, mxfp4, modelopt, compressed-tensors; none for bf16 weights)")
+
+
+def _compressed_tensors(qcfg: dict[str, Any], excluded: tuple[str, ...], where: str) -> _Quant:
+    groups = qcfg.get("config_groups") or {}
+    weights = next((g.get("weights") for g in groups.values()
+                    if isinstance(g, dict) and g.get("weights")), None)
+    if not weights:
+        raise ConfigError(f"{where}: compressed-tensors quantization_config has no "
+                          "config_groups.*.weights")
+    bits, kind = weights.get("num_bits"), weights.get("type")
+    group = weights.get("group_size")
+    if kind == "int" and bits == 4:
+        # W4A16 (vllm/model_executor/layers/quantization/compressed_tensors/schemes/
+        # compressed_tensors_wNa16.py): 4-bit weights, a bf16 scale per group.
+        return _Quant("int4_wo", 0, 0.5 + (2.0 / group if group else 0.0), excluded)
+    if kind == "float" and bits == 8:
+        block = weights.get("block_structure")
+        if weights.get("strategy") == "block" and block:
+            return _Quant("fp8_block", int(block[0]), 1.0, excluded)
+        return _Quant("fp8", 0, 1.0, excluded)
+    if kind == "float" and bits == 4 and group == 16:
+        return _Quant("nvfp4", 0, QUANT_FORMATS["nvfp4"], excluded)
+    raise ConfigError(f"{where}: compressed-tensors weights of {bits}-bit {kind} (group "
+                      f"{group}) are not a format autotune knows (int4 weight-only, fp8, nvfp4)")
+
+
+def _excluded(module: str, patterns: tuple[str, ...]) -> bool:
+    """Whether a module is left unquantised: "re:" regexes (compressed-tensors), wildcards
+    (ModelOpt, gpt-oss) and plain names, matched as prefixes or substrings as vLLM's
+    is_layer_skipped and ModelOptQuantConfigBase.is_layer_excluded do."""
+    for p in patterns:
+        if p.startswith("re:"):
+            if re.match(p[3:], module):
+                return True
+        elif "*" in p:
+            if fnmatch.fnmatch(module, p):
+                return True
+        elif p in module:
+            return True
+    return False
+
+
+def _quant_of(part: str, quant: _Quant) -> str:
+    if quant.name == "bf16" or (quant.experts_only and part != "experts"):
+        return "bf16"
+    return "bf16" if _excluded(_MODULES[part], quant.excluded) else quant.name
+
+
+def _model(cfg: dict[str, Any], quant: _Quant, where: str, name: str, hf_id: str) -> Model:
+    layers = _need(cfg, "num_hidden_layers", where)
+    hidden = _need(cfg, "hidden_size", where)
+    vocab = _need(cfg, "vocab_size", where)
+    max_context = _need(cfg, "max_position_embeddings", where)
+    heads = _need(cfg, "num_attention_heads", where)
+
+    # Experts: DeepSeek n_routed_experts, Qwen3-MoE num_experts, Mixtral/MiniMax/gpt-oss
+    # num_local_experts; the expert width is moe_intermediate_size where the model has one,
+    # else intermediate_size (Mixtral, MiniMax-M2, gpt-oss have no dense MLP).
+    experts = int(_first(cfg, "n_routed_experts", "num_experts", "num_local_experts") or 0)
+    moe_width = per_token = shared = first_dense = 0
+    if experts:
+        per_token = int(_first(cfg, "num_experts_per_tok", "experts_per_token") or 0)
+        if not per_token:
+            raise ConfigError(f"{where}: field 'num_experts_per_tok' is missing; a mixture-of-"
+                              "experts config needs it")
+        moe_width = int(_first(cfg, "moe_intermediate_size") or _need(cfg, "intermediate_size", where))
+        shared = int(cfg.get("n_shared_experts") or 0)
+        # DeepSeek's first_k_dense_replace; Qwen3-MoE's mlp_only_layers (taken as leading).
+        first_dense = int(cfg.get("first_k_dense_replace") or len(cfg.get("mlp_only_layers") or []))
+    dense_width = _need(cfg, "intermediate_size", where) if not experts or first_dense else 0
+    moe_layers = layers - first_dense if experts else 0
+
+    mla = cfg.get("kv_lora_rank") is not None
+    if mla:
+        kv_lora = _need(cfg, "kv_lora_rank", where)
+        rope, nope = _need(cfg, "qk_rope_head_dim", where), _need(cfg, "qk_nope_head_dim", where)
+        v_dim = _need(cfg, "v_head_dim", where)
+        q_lora = cfg.get("q_lora_rank")
+        q = (hidden * q_lora + q_lora * heads * (nope + rope)) if q_lora else hidden * heads * (nope + rope)
+        attn = q + hidden * (kv_lora + rope) + kv_lora * heads * (nope + v_dim) + heads * v_dim * hidden
+        kv_heads, head_dim = 1, nope + rope
+    else:
+        kv_heads = int(cfg.get("num_key_value_heads") or heads)
+        head_dim = int(cfg.get("head_dim") or hidden // heads)
+        attn = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+
+    # gpt-oss: layer_types names each layer; sliding layers attend to sliding_window tokens.
+    # (Its per-head attention sinks are one learned logit per head: no KV, no weights to count.)
+    layer_types = cfg.get("layer_types") or []
+    window_layers = sum(1 for t in layer_types if t == "sliding_attention")
+    window = int(cfg.get("sliding_window") or 0) if window_layers else 0
+
+    embed = vocab * hidden
+    lm_head = 0 if cfg.get("tie_word_embeddings") else vocab * hidden
+    parts = {"attention": float(attn * layers),
+             "mlp": float(3 * hidden * dense_width * (first_dense if experts else layers)),
+             "shared": float(3 * hidden * moe_width * shared * moe_layers),
+             "router": float(experts * hidden * moe_layers),
+             "experts": float(3 * hidden * moe_width * experts * moe_layers)}
+    total = sum(parts.values()) + embed + lm_head
+    active = total - embed - (parts["experts"] * (1 - per_token / experts) if experts else 0.0)
+
+    formats = {part: _quant_of(part, quant) for part in ("attention", "mlp", "shared", "experts")}
+    part_bytes = {p: quant.bytes_per_param if formats[p] != "bf16" else 2.0 for p in formats}
+    # Embeddings, the LM head and routers stay bf16 (vLLM's Fp8Config and the others quantise
+    # linear layers; the exclusion lists name lm_head and the routers).
+    dense_params = total - parts["experts"]
+    dense_bytes = (sum(parts[p] * part_bytes[p] for p in ("attention", "mlp", "shared"))
+                   + 2.0 * (embed + lm_head + parts["router"])) / dense_params
+    # The dense format the rules key on: the largest quantisable dense part's.
+    main = max(("attention", "mlp", "shared"), key=lambda p: parts[p])
+    dense_quant = formats[main]
+    expert_quant = formats["experts"] if experts else "bf16"
+    mtp = int(cfg.get("num_nextn_predict_layers") or 0) > 0
+
+    arch = ",".join(cfg.get("architectures") or [cfg.get("model_type", "?")])
+    source = (f"{where} ({arch}): {layers} layers, hidden {hidden}, {heads} heads, "
+              + (f"MLA kv_lora_rank {cfg.get('kv_lora_rank')} + rope {cfg.get('qk_rope_head_dim')}"
+                 if mla else f"{kv_heads} KV heads of dim {head_dim}")
+              + (f", {window_layers} sliding-window layers of {window}" if window_layers else "")
+              + (f"; {experts} routed experts + {shared} shared, {per_token} per token, width "
+                 f"{moe_width}, first {first_dense} layers dense" if experts else
+                 f"; MLP {dense_width}")
+              + ("; its sparse indexer (index_topk) is not modelled: attention reads every "
+                 "context token" if cfg.get("index_topk") else "")
+              + f"; vocab {vocab}; weights {dense_quant}/{expert_quant}; total "
+              f"{total / 1e9:.1f}B and active {active / 1e9:.1f}B derived from the architecture "
+              "(autotune/domain/model_config.py)")
+    return Model(name, round(total / 1e9, 3), round(active / 1e9, 3), round(dense_bytes, 4),
+                 quant.bytes_per_param if expert_quant != "bf16" else 2.0, layers, hidden, vocab,
+                 max_context, MLA if mla else GQA, heads, kv_heads, head_dim,
+                 dense_width if (not experts or first_dense) else 0, source,
+                 kv_lora_rank=int(cfg.get("kv_lora_rank") or 0) if mla else 0,
+                 qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0) if mla else 0,
+                 v_head_dim=int(cfg.get("v_head_dim") or 0) if mla else 0,
+                 sliding_window=window, sliding_window_layers=window_layers,
+                 num_experts=experts, experts_per_token=per_token, moe_intermediate_size=moe_width,
+                 num_shared_experts=shared, first_dense_layers=first_dense, mtp=mtp,
+                 dense_quant=dense_quant, expert_quant=expert_quant,
+                 quant_block=quant.block if "fp8_block" in (dense_quant, expert_quant) else 0,
+                 hf_id=hf_id)

@@ -1,0 +1,121 @@
+"""A closed-loop concurrency sweep: one engine, started once, measured at several
+`--max-concurrency` values in turn, as `vllm bench sweep serve` runs `vllm bench serve` once per
+parameter combination against one server (`vllm/benchmarks/sweep/serve.py::run_benchmark`).
+
+Each row holds vllm bench serve's figures (autotune.measure.bench_metrics) and, from a real engine, its
+decode and prefill step times read off the token streams (autotune.domain.step_timings), which
+`autotune sim fit-cpu` fits the simulator's CPU step cost to. The record is one JSON object
+with stable keys (docs/reference/json-output.md, "bench sweep").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.domain.deployment import DeploymentSpec
+from autotune.domain.engine_config import EngineConfig
+from autotune.domain.step_timings import steps_to_json
+from autotune.errors import ConfigError
+from autotune.measure.backends import EngineBackend
+from autotune.measure.bench_metrics import serve_metrics
+from autotune.traffic.load import ClosedLoop
+from autotune.traffic.trace import Trace
+
+RECORD_KIND = "autotune.bench_sweep"
+RECORD_VERSION = 1
+
+
+def parse_concurrencies(text: str) -> list[int]:
+    """"1,4,16,64" -> [1, 4, 16, 64]: distinct positive integers, run in the order given."""
+    values = []
+    for part in text.split(","):
+        try:
+            value = int(part.strip())
+        except ValueError:
+            raise ConfigError(f"--max-concurrency {text!r}: expected comma-separated client "
+                              "counts, e.g. 1,4,16,64") from None
+        if value < 1:
+            raise ConfigError(f"--max-concurrency {text!r}: {value} clients; each value needs "
+                              "at least 1")
+        if value in values:
+            raise ConfigError(f"--max-concurrency {text!r}: {value} is given twice")
+        values.append(value)
+    return values
+
+
+@dataclass(frozen=True)
+class SweepLoad:
+    """What each concurrency sends: `num_prompts` requests, or `prompts_per_client` times the
+    concurrency (so every client sends as many requests at any concurrency), of fixed lengths or
+    the trace's."""
+
+    concurrencies: tuple[int, ...]
+    num_prompts: int | None = None
+    prompts_per_client: int | None = None
+    input_len: int | None = None
+    output_len: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_prompts is not None and self.prompts_per_client is not None:
+            raise ConfigError("give --num-prompts or --prompts-per-client, not both")
+        if self.prompts_per_client is not None and self.prompts_per_client < 1:
+            raise ConfigError(f"--prompts-per-client {self.prompts_per_client}: must be at "
+                              "least 1")
+
+    def loop(self, concurrency: int) -> ClosedLoop:
+        n = (self.prompts_per_client * concurrency if self.prompts_per_client is not None
+             else self.num_prompts)
+        return ClosedLoop(concurrency, n, self.input_len, self.output_len)
+
+    def requests(self, trace: Trace | None, max_model_len: int) -> list[Trace]:
+        """Each concurrency's requests, all checked before any engine starts."""
+        return [self.loop(c).requests(trace, max_model_len) for c in self.concurrencies]
+
+    def describe(self) -> dict[str, Any]:
+        return {"input_len": self.input_len, "output_len": self.output_len,
+                "num_prompts": self.num_prompts, "prompts_per_client": self.prompts_per_client}
+
+
+def run_sweep(backend: EngineBackend, config: EngineConfig, deployment: DeploymentSpec,
+              load: SweepLoad, requests: list[Trace], seed: int,
+              on_row: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Start the engine once, warm it up on the first concurrency's requests (a real engine's
+    first replay otherwise pays for its kernels' first use, `autotune.workers.vllm.backend.warmup`; `vllm
+    bench sweep serve --warmup-num-prompts` likewise runs a warm-up it leaves out of its
+    summary), then run each
+    concurrency's closed loop; stop the engine whatever happens."""
+    rows = []
+    backend.start(config, deployment, label="bench-sweep")
+    try:
+        backend.warmup(requests[0], seed)
+        for concurrency, trace in zip(load.concurrencies, requests, strict=True):
+            result = backend.replay_closed_loop(trace, concurrency, seed)
+            row: dict[str, Any] = {"max_concurrency": concurrency, "num_prompts": len(trace),
+                                   **serve_metrics(result, trace.prompt_tokens)}
+            if result.step_times:
+                row["step_times"] = steps_to_json(result.step_times)
+            rows.append(row)
+            if on_row is not None:
+                on_row(row)
+    finally:
+        backend.stop()
+    return rows
+
+
+def sweep_record(*, backend: str, deployment: DeploymentSpec, config: EngineConfig,
+                 extra_engine_args: list[str], load: SweepLoad, trace_name: str | None,
+                 seed: int, step_model: str | None, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The sweep as one JSON-ready object: what ran (enough for `autotune sim fit-cpu` to
+    rebuild the engine's shape) and a row per concurrency."""
+    return {
+        "kind": RECORD_KIND, "version": RECORD_VERSION, "backend": backend,
+        "model": deployment.model, "gpu": deployment.gpu_info.name,
+        "gpu_count": deployment.gpu_count,
+        "tensor_parallel_size": deployment.tensor_parallel_size,
+        "max_model_len": deployment.max_model_len,
+        "engine_args": config.explicit(), "extra_engine_args": list(extra_engine_args),
+        "step_model": step_model, "load": {**load.describe(), "trace": trace_name},
+        "seed": seed, "runs": rows,
+    }

