@@ -50,6 +50,7 @@ def run_campaign(url: str, campaign: str, trials: int) -> int:
 
 @pytest.fixture(scope="session")
 def report_db(tmp_path_factory: pytest.TempPathFactory) -> ReportDb:
+    from autotune.release.publish import publish_trial
     from autotune.storage import repo
     from autotune.storage.db import open_database, session_scope, upgrade
     from autotune.storage.models import Campaign
