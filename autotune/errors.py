@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from autotune.domain.vocabulary import FailureClass
+from autotune.vocabulary import FailureClass
 
 
 class AutotuneError(Exception):

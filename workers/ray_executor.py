@@ -25,10 +25,10 @@ import socket
 from typing import Any
 
 from autotune.domain.records import TrialOutcome, TrialSpec
-from autotune.domain.vocabulary import FailureClass
 from autotune.errors import ConfigError, InfrastructureError
 from autotune.measure import progress
 from autotune.measure.executors import Executor, execute_trial
+from autotune.vocabulary import FailureClass
 
 try:
     import ray

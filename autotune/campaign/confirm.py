@@ -35,12 +35,12 @@ from autotune.campaign import budget
 from autotune.domain.engine_config import EngineConfig
 from autotune.domain.records import TrialOutcome, TrialSpec
 from autotune.domain.trial_record import TrialRecord
-from autotune.domain.vocabulary import NOT_THE_CONFIG, FailureClass, RecordState, Role
 from autotune.measure import progress
 from autotune.measure.executors import Executor
 from autotune.search.objective import is_feasible, outcome_constraints
 from autotune.storage import repo
 from autotune.storage.models import Campaign, Confirmation, Trial
+from autotune.vocabulary import NOT_THE_CONFIG, FailureClass, RecordState, Role
 
 log = logging.getLogger("autotune.campaign.confirm")
 CONFIDENCE = 0.90

@@ -48,8 +48,8 @@ from optuna.trial import TrialState
 
 from autotune.domain import optuna_keys as keys
 from autotune.domain.trial_record import TrialRecord
-from autotune.domain.vocabulary import RecordState
 from autotune.errors import ConfigError
+from autotune.vocabulary import RecordState
 
 log = logging.getLogger("autotune.campaign.multifidelity")
 

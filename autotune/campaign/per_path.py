@@ -46,7 +46,6 @@ from autotune.campaign.study import CampaignRequest, Reference
 from autotune.domain import optuna_keys as keys
 from autotune.domain.deployment import DeploymentSpec
 from autotune.domain.slo import SLO
-from autotune.domain.vocabulary import Role
 from autotune.errors import ConfigError, NotFoundError, SettingError
 from autotune.release.publish import publish_campaign
 from autotune.search import accuracy
@@ -55,6 +54,7 @@ from autotune.storage import repo
 from autotune.storage.models import Campaign, Deployment, Publication
 from autotune.traffic.split import PATH_NAMES, split_into
 from autotune.traffic.trace import Trace
+from autotune.vocabulary import Role
 
 HOT_MAX_TOKENS = 512  # the tuning guide's hot-path bound (autotune.traffic.stats.paths)
 WARM_MIN_SHARE = 0.01

@@ -28,11 +28,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from autotune.campaign.study import Reference
-from autotune.domain.vocabulary import Role
 from autotune.errors import AutotuneError, InfrastructureError, SettingError
 from autotune.release.publish import publish_trial, quarter_label
 from autotune.storage import repo
 from autotune.storage.models import Campaign, Confirmation, Deployment, Trial
+from autotune.vocabulary import Role
 
 EXIT_OK, EXIT_BUSY, EXIT_NO_FEASIBLE = 0, 3, 4
 EXIT_BAD_INPUT, EXIT_INFRA = AutotuneError.exit_code, InfrastructureError.exit_code

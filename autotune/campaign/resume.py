@@ -41,11 +41,11 @@ from sqlalchemy.exc import IntegrityError
 from autotune.domain import optuna_keys as keys
 from autotune.domain.records import LatencySummary, TrialOutcome
 from autotune.domain.slo import SLO
-from autotune.domain.vocabulary import FailureClass, Role
 from autotune.errors import CampaignBusyError, ConfigError, StorageError
 from autotune.storage import repo
 from autotune.storage.db import session_scope
 from autotune.storage.models import Campaign, Deployment, Trial
+from autotune.vocabulary import FailureClass, Role
 
 if TYPE_CHECKING:
     from autotune.campaign.study.request import CampaignRequest

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from autotune.cli import output
+from autotune.cli.common import load_settings
 from autotune.cli.sim import GPU_HELP, MODEL_HELP, _parse_sets
 from autotune.errors import ConfigError
 
@@ -116,7 +117,6 @@ def sweep(
     serve's figures: request and output token throughput, TTFT, TPOT, ITL and E2E mean, median
     and P99, and for a real engine its decode step times."""
     from autotune.atomic import atomic_write_text
-    from autotune.cli.main import _settings
     from autotune.domain.deployment import DeploymentSpec
     from autotune.domain.engine_config import EngineConfig
     from autotune.measure.backend_options import backend_options
@@ -134,7 +134,7 @@ def sweep(
         raise ConfigError(f"--profile {profile}: no such file")
     if out is not None and out.is_dir():
         raise ConfigError(f"--out {out}: a directory; give a file name, e.g. {out}/sweep.json")
-    settings = _settings()
+    settings = load_settings()
     options = backend_options(backend, settings, model_path, engine_arg or [])
     if backend == "sim":
         options = {**options, "step_model": step_model, "step_precision": step_precision,

@@ -17,13 +17,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from autotune.domain.engine_config import EngineConfig
-from autotune.domain.vocabulary import RecordState
 from autotune.release import gains
 from autotune.release.publish import utc
 from autotune.search import accuracy
 from autotune.search.baselines import BASELINES
 from autotune.storage import repo
 from autotune.storage.models import Campaign, Confirmation, Publication, Trial
+from autotune.vocabulary import RecordState
 
 
 def _time(value: datetime | None) -> str | None:

@@ -23,9 +23,9 @@ from rich.text import Text
 from autotune.campaign import eta
 from autotune.campaign.study import CampaignRequest, Observer, TrialRecord
 from autotune.cli.render import trial_table
-from autotune.domain.vocabulary import RecordState, Role
 from autotune.measure import progress
 from autotune.search.baselines import BASELINES
+from autotune.vocabulary import RecordState, Role
 
 
 @dataclass

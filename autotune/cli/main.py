@@ -3,17 +3,16 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from autotune.cli import output
 from autotune.cli.bench import bench_app
 from autotune.cli.capture import capture
+from autotune.cli.common import console, err, load_settings, open_db, setup_logging
 from autotune.cli.flags import TUNE_FLAGS, flag_message
 from autotune.cli.quarterly import HELP as QUARTERLY_HELP
 from autotune.cli.quarterly import quarterly
@@ -39,10 +38,6 @@ app.add_typer(bench_app, name="bench")
 app.command("simulate")(simulate)
 app.command("capture")(capture)
 app.command("quarterly", help=QUARTERLY_HELP)(quarterly)
-console = Console()
-if not console.is_terminal:  # logs and CI: wide enough for the trial tables
-    console = Console(width=160)
-err = Console(stderr=True)
 
 JSON_HELP = "Print one JSON object on stdout (keys: docs/reference/json-output.md); the tables go to stderr."
 
@@ -63,44 +58,13 @@ def _root(
     pass
 
 
-def _setup_logging(level: str) -> None:
-    import optuna
-
-    logging.basicConfig(level=getattr(logging, level.upper(), logging.WARNING), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-
-def _settings() -> Any:
-    from pydantic import ValidationError
-
-    from autotune.settings import get_settings
-
-    try:
-        return get_settings()
-    except ValidationError as exc:  # a bad AUTOTUNE_ variable
-        first = exc.errors()[0]
-        where = "AUTOTUNE_" + "__".join(str(part) for part in first["loc"]).upper()
-        message = first["msg"].removeprefix("Value error, ")
-        # A leaf's value helps; a whole section could hold the token, so it is never echoed.
-        got = "" if isinstance(first["input"], dict | list) else f" (got {first['input']!r})"
-        raise ConfigError(f"bad setting {where}: {message}{got}") from None
-
-
-def _db(url: str | None = None) -> tuple[Any, str]:
-    from autotune.storage.db import open_database
-
-    url = url or _settings().database_url
-    return open_database(url), url
-
-
 # -- db ---------------------------------------------------------------------------------------
 @db_app.command("upgrade")
 def db_upgrade() -> None:
     """Create or migrate the database (autotune's tables and Optuna's) to the latest revision."""
     from autotune.storage.db import upgrade
 
-    url = _settings().database_url
+    url = load_settings().database_url
     before, after = upgrade(url)
     console.print(f"database at revision {after} (was {before or 'empty'})")
 
@@ -110,7 +74,7 @@ def db_current() -> None:
     """Show the database's revision and the head revision."""
     from autotune.storage.db import current_revision, head_revision, make_engine
 
-    engine = make_engine(_settings().database_url)
+    engine = make_engine(load_settings().database_url)
     console.print(f"current {current_revision(engine) or 'none'}, head {head_revision()}")
 
 
@@ -216,8 +180,8 @@ def tune(
     from autotune.campaign.run import run_campaign
     from autotune.cli.tune_output import TuneOutput, render_paths
 
-    settings = _settings()
-    _setup_logging(settings.log_level)
+    settings = load_settings()
+    setup_logging(settings.log_level)
     # Every value is checked before the database is touched.
     try:
         request = TuneRequest.of(
@@ -303,7 +267,7 @@ def publish(
     from autotune.release.publish import publish_campaign
     from autotune.storage.db import session_scope
 
-    engine, _ = _db()
+    engine, _ = open_db()
     if per_path:
         if trial is not None:
             raise ConfigError("--trial names one trial of one campaign; publish a path's trial "
@@ -350,7 +314,7 @@ def report(
     from autotune.release.report import INDEX, find_campaign, gather, write_report
     from autotune.storage.db import session_scope
 
-    engine, url = _db()
+    engine, url = open_db()
     with session_scope(engine) as s:
         data = gather(s, find_campaign(s, campaign, deployment), url)
         s.rollback()  # read only
@@ -374,7 +338,7 @@ def campaigns(
     from autotune.storage import repo
     from autotune.storage.db import session_scope
 
-    engine, _ = _db()
+    engine, _ = open_db()
     table = Table(title="Campaigns", title_justify="left")
     for col in ("deployment", "campaign", "status", "backend", "trials", "best tok/s", "GPU-h",
                 "stopped by", "started", "decision"):
@@ -407,8 +371,8 @@ def api(
 
     from autotune.api.app import create_app
 
-    settings = _settings()
-    _db(settings.database_url)[0].dispose()  # refuse to start on an unusable database
+    settings = load_settings()
+    open_db(settings.database_url)[0].dispose()  # refuse to start on an unusable database
     uvicorn.run(create_app(settings), host=host or settings.api.host,
                 port=port or settings.api.port, log_level=settings.log_level.lower())
 
@@ -421,7 +385,7 @@ def dashboard(
     """Serve optuna-dashboard on the same storage."""
     import optuna_dashboard
 
-    engine, url = _db()
+    engine, url = open_db()
     engine.dispose()
     console.print(f"optuna-dashboard on http://{host}:{port}/ (storage {engine.url!r})")
     optuna_dashboard.run_server(url, host=host, port=port)

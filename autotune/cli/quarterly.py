@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from autotune.cli.common import console, err, load_settings, setup_logging
 from autotune.cli.flags import flag_message
 from autotune.errors import (
     CampaignBusyError,
@@ -82,10 +83,9 @@ def quarterly(
     from autotune.campaign.quarterly_job import run_quarterly
     from autotune.campaign.requests import QuarterlyRequest
     from autotune.cli import output
-    from autotune.cli.main import _settings, _setup_logging, console, err
 
-    settings = _settings()
-    _setup_logging(settings.log_level)
+    settings = load_settings()
+    setup_logging(settings.log_level)
     shown = QuarterlyOutput(console, err)
     try:
         request = QuarterlyRequest.of(

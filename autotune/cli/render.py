@@ -8,8 +8,8 @@ from rich.table import Table
 
 from autotune.domain.parallelism import Strategy
 from autotune.domain.trial_record import TrialRecord
-from autotune.domain.vocabulary import RecordState
 from autotune.release import gains
+from autotune.vocabulary import RecordState
 
 TUNED = ("max_num_seqs", "max_num_batched_tokens", "block_size", "enable_chunked_prefill",
          "gpu_memory_utilization", "enable_prefix_caching")

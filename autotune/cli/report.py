@@ -13,12 +13,12 @@ from rich.console import Console
 
 from autotune.cli.render import comparison_table, confirmation_table, trial_table
 from autotune.domain.engine_config import EngineConfig
-from autotune.domain.vocabulary import RecordState
 from autotune.release import gains
 from autotune.search import accuracy
 from autotune.search.baselines import BASELINES
 from autotune.storage import repo
 from autotune.storage.models import Campaign, Trial
+from autotune.vocabulary import RecordState
 
 
 def _row(t: Trial, campaign: Campaign) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from autotune.cli import output
+from autotune.cli.common import load_settings, open_db
 from autotune.errors import ConfigError
 
 # What --model and --gpu take (autotune.domain.catalogue.model / gpu resolve them).
@@ -143,7 +144,6 @@ def calibrate(
 ) -> None:
     """Fit the simulator's profile for a campaign's GPU and model to its measured replays,
     report the fit error, and save the profile under the next version."""
-    from autotune.cli.main import _db, _settings
     from autotune.measure.backends import backend_class
     from autotune.measure.calibration.measurements import campaign_measurements
     from autotune.storage import repo
@@ -151,7 +151,7 @@ def calibrate(
 
     if max_evals < 10:
         raise ConfigError("--max-evals must be at least 10")
-    engine, _ = _db()
+    engine, _ = open_db()
     with session_scope(engine) as s:
         found = repo.find_campaign(s, campaign, deployment)
         measurements = campaign_measurements(found)
@@ -163,7 +163,7 @@ def calibrate(
         console.print("note: this campaign ran on the simulator; calibrating a model against "
                       "itself only shows the fit works")
     result = backend_class("sim").calibrate(
-        measurements, spec, save_to=_settings().sim.profile_dir if save else None,
+        measurements, spec, save_to=load_settings().sim.profile_dir if save else None,
         max_evals=max_evals)  # type: ignore[call-arg]
     table = Table(title=f"Calibration of {spec.gpu_info.name} / {spec.model_info.name} on "
                         f"{result.measurements} measured replays ({result.evaluations} fits)")
@@ -205,7 +205,6 @@ def fit_cpu_cmd(
     import json
 
     from autotune.atomic import atomic_write_text
-    from autotune.cli.main import _settings
     from autotune.domain.deployment import DeploymentSpec
     from autotune.workers.sim.fit_cpu import check_record, fit_cpu, tpot_check
     from autotune.workers.sim.profile import find_profile, load_profile, profile_filename, save_profile
@@ -226,7 +225,7 @@ def fit_cpu_cmd(
                                max_model_len=record["max_model_len"])
     base = (load_profile(profile) if profile else
             find_profile(dep.gpu_info.name, dep.model_info.name, dep.gpu_info.device,
-                         Path(_settings().sim.profile_dir)))
+                         Path(load_settings().sim.profile_dir)))
     fit = fit_cpu(record, base, step_model=step_model, step_precision=step_precision,
                   where=str(sweep))
     check = tpot_check(record, {"before": base, "after": fit.profile}, step_model,
@@ -241,7 +240,7 @@ def fit_cpu_cmd(
         atomic_write_text(out, fitted.to_yaml())
         written = out
     else:
-        written = save_profile(fitted, Path(_settings().sim.profile_dir))
+        written = save_profile(fitted, Path(load_settings().sim.profile_dir))
     c = fitted.coefficients
     table = Table(title=f"CPU step cost of {dep.model_info.name} on {dep.gpu_info.name} from "
                         f"{sweep.name} (GPU time: {fit.step_model})")

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from autotune.cli import output
+from autotune.cli.common import open_db
 from autotune.errors import ConfigError
 
 traffic_app = typer.Typer(no_args_is_help=True, help="Traffic traces: synth, import, show, "
@@ -114,11 +115,10 @@ def traffic_import(
 
 def _registry_db(deployment: str | None = None) -> Any:
     """The migrated database, where the deployment (if named) exists."""
-    from autotune.cli.main import _db
     from autotune.storage import repo
     from autotune.storage.db import session_scope
 
-    engine = _db()[0]
+    engine = open_db()[0]
     if deployment is not None:
         try:
             with session_scope(engine) as s:

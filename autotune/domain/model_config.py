@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.domain.catalogue import GQA, MLA, QUANT_FORMATS, Model
+from autotune.domain.specs import GQA, MLA, QUANT_FORMATS, Model
 from autotune.errors import ConfigError
 
 # A representative module name per part of a decoder layer, as checkpoints name them; the

@@ -13,8 +13,8 @@ import importlib.util
 from functools import cache
 from pathlib import Path
 
-from autotune.domain.catalogue import Model
 from autotune.domain.model_config import read_model_config
+from autotune.domain.specs import Model
 from autotune.errors import ConfigError
 
 VENDORED = Path(__file__).resolve().parents[1] / "data" / "model_configs"
@@ -51,7 +51,7 @@ def bundled_ids() -> dict[str, Path]:
     return found
 
 
-def _bundled(name: str) -> tuple[str, Path] | None:
+def bundled(name: str) -> tuple[str, Path] | None:
     ids = bundled_ids()
     key = name.lower()
     for hf_id, path in ids.items():
@@ -61,7 +61,7 @@ def _bundled(name: str) -> tuple[str, Path] | None:
     return by_tail[0] if len(by_tail) == 1 else None
 
 
-def _looks_like_path(name: str) -> bool:
+def looks_like_path(name: str) -> bool:
     return name.endswith(".json") or name.startswith((".", "/", "~")) or "\\" in name
 
 
@@ -77,10 +77,10 @@ def resolve(name: str) -> Model:
         return read_model_config(config)
     if path.is_file():
         return read_model_config(path)
-    if _looks_like_path(name):
+    if looks_like_path(name):
         raise ConfigError(f"model {name!r}: no such file or directory; pass a catalogue name, a "
                           "Hugging Face id, a model directory or a config.json path")
-    hit = _bundled(name)
+    hit = bundled(name)
     if hit is None:
         raise ConfigError(f"unknown model {name!r}: not a catalogue name, nor a Hugging Face id "
                           "with a bundled config.json (`autotune models list` shows them), nor a "
@@ -89,30 +89,6 @@ def resolve(name: str) -> Model:
     quant = config.with_name(config.name.removesuffix(SUFFIX) + QUANT_SUFFIX)
     return read_model_config(config, name=hf_id.split("/")[-1], hf_id=hf_id,
                              quant_path=quant if quant.is_file() else None)
-
-
-def config_path(name: str) -> Path:
-    """The config.json a model name stands for: a model directory's, a config file, a bundled
-    Hugging Face id's, or that of a catalogue entry's Hugging Face id (or name) where one is
-    bundled; ConfigError if none."""
-    from autotune.domain.catalogue import MODELS
-
-    path = Path(name).expanduser()
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ConfigError(f"model directory {name}: it has no config.json")
-        return path / "config.json"
-    if path.is_file():
-        return path
-    hit = None if _looks_like_path(name) else _bundled(name)
-    entry = next((m for key, m in MODELS.items() if key.lower() == name.lower()), None)
-    if hit is None and entry is not None and entry.hf_id:
-        hit = _bundled(entry.hf_id)
-    if hit is None:
-        raise ConfigError(f"model {name!r}: no config.json for it here (not a model directory, "
-                          "a config file, nor a Hugging Face id or catalogue name with a bundled "
-                          "config: `autotune models list`); pass --config path/to/config.json")
-    return hit[1]
 
 
 def quant_config_path(config: Path) -> Path | None:

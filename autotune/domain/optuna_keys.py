@@ -4,10 +4,10 @@ report, the API and the dashboard read them back, so a key's string never change
 from __future__ import annotations
 
 # Trial user attributes (the dashboard shows these).
-ROLE = "role"  # autotune.domain.vocabulary.Role
+ROLE = "role"  # autotune.vocabulary.Role
 FIDELITY = "fidelity"  # the backend that measured the trial
 FEASIBLE = "feasible"
-FAILURE_CLASS = "failure_class"  # autotune.domain.vocabulary.FailureClass
+FAILURE_CLASS = "failure_class"  # autotune.vocabulary.FailureClass
 FAILURE_MESSAGE = "failure_message"
 CAPACITY = "capacity_output_tok_s"
 CONSTRAINT_PREFIX = "constraint:"  # + the SLO metric: its value over the limit (<= 0: met)
@@ -20,7 +20,7 @@ PINNED = "pinned"  # values the model requires, outside the search space
 ENGINE_CONFIG = "engine_config"  # the exact config an enqueued reference runs
 ENQUEUE_TAG = "enqueue_tag"  # which reference it is, so none is enqueued twice
 SCREEN_OF = "screen_of"  # the screening trial a real trial measures again
-# measured, rejected or failed (autotune.domain.vocabulary.RecordState), as the trial's row says: a
+# measured, rejected or failed (autotune.vocabulary.RecordState), as the trial's row says: a
 # rejected trial is COMPLETE with value 0 to Optuna (its samplers learn from complete trials'
 # constraints), and this is what tells it from a measured 0 in the dashboard.
 OUTCOME = "outcome"

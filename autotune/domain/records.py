@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from autotune.domain.deployment import DeploymentSpec
 from autotune.domain.engine_config import EngineConfig
 from autotune.domain.step_timings import StepTime
-from autotune.domain.vocabulary import FailureClass
+from autotune.vocabulary import FailureClass
 
 
 @dataclass(frozen=True)

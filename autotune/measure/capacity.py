@@ -17,11 +17,11 @@ import numpy as np
 
 from autotune.domain.records import LatencySummary, TrialOutcome, TrialSpec
 from autotune.domain.step_timings import steps_to_json
-from autotune.domain.vocabulary import FailureClass
 from autotune.errors import EngineStartError, ReplayError
 from autotune.measure import progress
 from autotune.measure.backends import EngineBackend
 from autotune.measure.metrics import concurrency, latency_quantiles_ms, meets, summarize
+from autotune.vocabulary import FailureClass
 
 log = logging.getLogger("autotune.measure.capacity")
 # Each replay keeps its percentiles (the report draws latency against offered load from them)

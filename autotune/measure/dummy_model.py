@@ -14,7 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from autotune.domain.model_sources import config_path, quant_config_path
+from autotune.domain.catalogue import MODELS
+from autotune.domain.model_sources import bundled, looks_like_path, quant_config_path
 from autotune.errors import ConfigError
 from autotune.measure.tiny_model import (
     BOS_TOKEN,
@@ -28,6 +29,27 @@ from autotune.measure.tiny_model import (
     write_model_files,
 )
 
+
+def config_path(name: str) -> Path:
+    """The config.json a model name stands for: a model directory's, a config file, a bundled
+    Hugging Face id's, or that of a catalogue entry's Hugging Face id (or name) where one is
+    bundled; ConfigError if none."""
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"model directory {name}: it has no config.json")
+        return path / "config.json"
+    if path.is_file():
+        return path
+    hit = None if looks_like_path(name) else bundled(name)
+    entry = next((m for key, m in MODELS.items() if key.lower() == name.lower()), None)
+    if hit is None and entry is not None and entry.hf_id:
+        hit = bundled(entry.hf_id)
+    if hit is None:
+        raise ConfigError(f"model {name!r}: no config.json for it here (not a model directory, "
+                          "a config file, nor a Hugging Face id or catalogue name with a bundled "
+                          "config: `autotune models list`); pass --config path/to/config.json")
+    return hit[1]
 
 def dummy_config(source: Path) -> dict[str, Any]:
     """The source's config.json with its special token ids set to the trained tokenizer's."""

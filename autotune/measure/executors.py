@@ -26,10 +26,10 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from autotune.domain.records import TrialOutcome, TrialSpec
-from autotune.domain.vocabulary import FailureClass
 from autotune.errors import ConfigError
 from autotune.measure.backends import load_backend
 from autotune.measure.capacity import run_trial
+from autotune.vocabulary import FailureClass
 
 log = logging.getLogger("autotune.measure.executors")
 

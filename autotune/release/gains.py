@@ -20,7 +20,7 @@ from typing import Any
 
 import scipy.stats
 
-from autotune.domain.vocabulary import FailureClass, RecordState
+from autotune.vocabulary import FailureClass, RecordState
 
 CI_LEVEL = 0.90  # two-sided
 

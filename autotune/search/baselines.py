@@ -18,8 +18,8 @@ from autotune import search_spaces
 from autotune.domain import catalogue
 from autotune.domain.deployment import DeploymentSpec
 from autotune.domain.engine_config import EngineConfig
-from autotune.domain.vocabulary import Role
 from autotune.search_spaces import Pin, load_pins_file
+from autotune.vocabulary import Role
 
 
 @cache

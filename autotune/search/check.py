@@ -15,12 +15,12 @@ import yaml
 from autotune.domain import catalogue
 from autotune.domain.deployment import DeploymentSpec
 from autotune.domain.engine_config import REMOVED_ARGS, EngineConfig, check_known_arg
-from autotune.domain.vocabulary import FailureClass
 from autotune.errors import ConfigError, EngineStartError
 from autotune.measure.backends import load_backend
 from autotune.search import accuracy
 from autotune.search.baselines import pinned_values, resolved
 from autotune.search.rules import Violation, common_rule_violations
+from autotune.vocabulary import FailureClass
 
 # Keys of a `vllm serve --config` file that are not engine arguments the rules look at.
 _NOT_ENGINE_ARGS = {"model"}

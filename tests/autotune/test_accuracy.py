@@ -17,7 +17,6 @@ from autotune.cli import json_views
 from autotune.cli.report import print_campaign_result
 from autotune.domain.deployment import DEMO, DeploymentSpec
 from autotune.domain.slo import parse_slo
-from autotune.domain.vocabulary import Role
 from autotune.errors import ConfigError
 from autotune.measure.executors import InlineExecutor
 from autotune.release.publish import config_document, publish_trial
@@ -30,6 +29,7 @@ from autotune.storage.db import alembic_config, open_database, session_scope, up
 from autotune.storage.models import Campaign
 from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import DEMO_TRACE
+from autotune.vocabulary import Role
 
 V3 = DeploymentSpec.build(name="v3", model="DeepSeek-V3", gpu="H200-141GB", gpu_count=8,
                           tensor_parallel_size=8, max_model_len=16384)

@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from autotune.domain.model_sources import config_path
 from autotune.errors import ConfigError
-from autotune.measure.dummy_model import make_dummy_model
+from autotune.measure.dummy_model import config_path, make_dummy_model
 from autotune.measure.tiny_model import EOS_TOKEN, special_token_ids
 from tests.conftest import engine_python
 

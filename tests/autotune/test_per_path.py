@@ -13,13 +13,13 @@ from autotune.campaign.study import CampaignRequest
 from autotune.domain import optuna_keys as keys
 from autotune.domain.deployment import DEMO
 from autotune.domain.slo import parse_slo
-from autotune.domain.vocabulary import Role
 from autotune.errors import ConfigError, NotFoundError, SearchSpaceError
 from autotune.storage import repo
 from autotune.storage.db import open_database, session_scope
 from autotune.storage.models import Campaign, Publication
 from autotune.traffic.stats import paths
 from autotune.traffic.trace import Trace
+from autotune.vocabulary import Role
 
 
 def _trace(hot: int, warm: int, cold: int) -> Trace:

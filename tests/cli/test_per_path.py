@@ -17,13 +17,13 @@ from autotune.api.app import create_app
 from autotune.campaign import per_path as pp
 from autotune.campaign.study import comparisons
 from autotune.domain import optuna_keys as keys
-from autotune.domain.vocabulary import Role
 from autotune.settings import Settings
 from autotune.storage import repo
 from autotune.storage.db import open_database, session_scope
 from autotune.storage.models import Campaign, Publication, Trial
 from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import DEMO_TRACE
+from autotune.vocabulary import Role
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier

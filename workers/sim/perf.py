@@ -42,7 +42,7 @@ from typing import NamedTuple
 import numpy as np
 
 from autotune.domain.catalogue import DSV4, GPU, Model
-from autotune.domain.vocabulary import FailureClass
+from autotune.vocabulary import FailureClass
 from autotune.workers.sim.kv_layout import kv_layout
 from autotune.workers.sim.profile import Profile
 

@@ -19,12 +19,12 @@ import numpy as np
 from autotune.domain.deployment import DeploymentSpec
 from autotune.domain.engine_config import EngineConfig
 from autotune.domain.records import ReplayResult
-from autotune.domain.vocabulary import FailureClass
 from autotune.errors import ConfigError, ReplayError
 from autotune.measure.backends import EngineBackend
 from autotune.search.baselines import effective_values
 from autotune.traffic.prompts import prompt_token_ids
 from autotune.traffic.trace import Trace
+from autotune.vocabulary import FailureClass
 from autotune.workers.replay import ReplayPlan, run_replay
 from autotune.workers.telemetry import GpuMonitor, Watermarks, make_monitor
 from autotune.workers.vllm.cpu_affinity import isolate_workers, on_cores

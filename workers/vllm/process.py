@@ -17,8 +17,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from autotune.domain.vocabulary import FailureClass
 from autotune.errors import EngineStartError
+from autotune.vocabulary import FailureClass
 
 # Failure signatures in a server log, checked in order; the first match names the class.
 _SIGNATURES: tuple[tuple[FailureClass, re.Pattern[str]], ...] = (

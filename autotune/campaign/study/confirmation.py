@@ -24,11 +24,11 @@ from autotune.domain import optuna_keys as keys
 from autotune.domain.engine_config import EngineConfig
 from autotune.domain.records import TrialSpec
 from autotune.domain.trial_record import TrialRecord
-from autotune.domain.vocabulary import Role
 from autotune.measure.executors import Executor
 from autotune.search.baselines import BASELINES, deployment_args
 from autotune.storage.db import session_scope
 from autotune.storage.models import Campaign
+from autotune.vocabulary import Role
 
 
 def _compare_doc(c: confirm.Confirmed) -> dict[str, Any]:

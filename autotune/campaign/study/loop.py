@@ -30,7 +30,6 @@ from autotune.domain import optuna_keys as keys
 from autotune.domain.engine_config import EngineConfig
 from autotune.domain.records import TrialOutcome, TrialSpec
 from autotune.domain.trial_record import TrialRecord
-from autotune.domain.vocabulary import ENGINE_FAILURES, NOT_THE_CONFIG, RecordState, Role
 from autotune.errors import ConfigError, InfrastructureError
 from autotune.measure import progress
 from autotune.measure.executors import Executor
@@ -41,6 +40,7 @@ from autotune.search.space import baseline_configs, config_for, space_params
 from autotune.storage import repo
 from autotune.storage.db import session_scope
 from autotune.storage.models import Campaign
+from autotune.vocabulary import ENGINE_FAILURES, NOT_THE_CONFIG, RecordState, Role
 
 log = logging.getLogger("autotune.campaign.study")
 ASKS_PER_TRIAL = 10  # cap on asks (rejections and repeats are free) per measured trial

@@ -20,12 +20,12 @@ from autotune.campaign.study.request import CampaignRequest
 from autotune.domain import optuna_keys as keys
 from autotune.domain.engine_config import EngineConfig
 from autotune.domain.trial_record import TrialRecord
-from autotune.domain.vocabulary import Role
 from autotune.errors import ConfigError, SearchSpaceError
 from autotune.search import accuracy
 from autotune.search.objective import OBJECTIVE_NAME
 from autotune.search.samplers import SamplerPlan
 from autotune.search.space import SearchSpace, baseline_configs, deployment_space, hold_config, space_params
+from autotune.vocabulary import Role
 
 log = logging.getLogger("autotune.campaign.study")
 # A reference as enqueued: (tag, role, the space's parameters, its exact config).

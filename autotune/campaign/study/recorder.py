@@ -23,7 +23,6 @@ from autotune.domain import optuna_keys as keys
 from autotune.domain.engine_config import EngineConfig
 from autotune.domain.records import TrialOutcome
 from autotune.domain.trial_record import TrialRecord
-from autotune.domain.vocabulary import FailureClass, RecordState
 from autotune.search.baselines import resolved
 from autotune.search.objective import is_feasible, outcome_constraints, rejected_constraints
 from autotune.search.rules import Violation
@@ -31,6 +30,7 @@ from autotune.search.space import SearchSpace
 from autotune.storage import repo
 from autotune.storage.db import session_scope
 from autotune.storage.models import Campaign
+from autotune.vocabulary import FailureClass, RecordState
 
 log = logging.getLogger("autotune.campaign.study")
 _AT_CAPACITY_P99_KEYS = ("ttft_p99_ms", "tpot_p99_ms", "itl_p99_ms", "e2e_p99_ms")

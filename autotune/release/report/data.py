@@ -16,13 +16,13 @@ from sqlalchemy.orm import Session
 from autotune.domain import optuna_keys as keys
 from autotune.domain.engine_config import EngineConfig
 from autotune.domain.parallelism import Strategy
-from autotune.domain.vocabulary import Role
 from autotune.errors import NotFoundError
 from autotune.release import gains
 from autotune.search import accuracy
 from autotune.search.baselines import BASELINES, effective_values
 from autotune.storage import repo
 from autotune.storage.models import Campaign, Confirmation, Publication, Trial
+from autotune.vocabulary import Role
 
 log = logging.getLogger("autotune.release.report")
 LATENCY_KEYS = ("ttft_p99_ms", "tpot_p99_ms", "itl_p99_ms", "e2e_p99_ms")

@@ -11,7 +11,6 @@ from typing import Any
 
 import jinja2
 
-from autotune.domain.vocabulary import FailureClass, RecordState, Role
 from autotune.release import gains
 from autotune.release.report import plots
 from autotune.release.report.data import (
@@ -23,6 +22,7 @@ from autotune.release.report.data import (
     ReportTrial,
 )
 from autotune.storage import repo
+from autotune.vocabulary import FailureClass, RecordState, Role
 
 _TEMPLATES = jinja2.Environment(
     loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),

@@ -11,8 +11,8 @@ from matplotlib.axis import Axis
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from autotune.domain.vocabulary import RecordState, Role
 from autotune.release.report.data import SWEEP_METRICS, SWEEP_PCTS, CampaignReport, ReportReplay, ReportTrial
+from autotune.vocabulary import RecordState, Role
 
 THROUGHPUT_LATENCY_PNG = "throughput_vs_p99.png"
 CAPACITY_BY_TRIAL_PNG = "capacity_by_trial.png"

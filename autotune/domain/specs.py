@@ -1,0 +1,105 @@
+"""What a model and a GPU are, as the rules and the simulator see them: the GPU and Model
+records, the attention kinds and the weight formats. The catalogue (catalogue.py) holds the
+hand-checked entries; model_config.py reads the same records from a config.json."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GPU:
+    name: str
+    device: str  # "gpu" or "cpu"
+    memory_gib: float  # as the driver reports it (141 GB = 140.4 GiB on an H200)
+    hbm_tb_s: float  # memory bandwidth, TB/s
+    bf16_tflops: float  # dense
+    fp8_tflops: float  # dense; equal to bf16 where there is no FP8 unit
+    link_gb_s: float  # per-GPU interconnect bandwidth for all-reduce (NVLink or PCIe)
+    # CUDA compute capability as vLLM's DeviceCapability.to_int() writes it: 90 for 9.0
+    # (Hopper), 80 for Ampere's A100, 89 for Ada; 0 for the CPU build. Rules on attention
+    # backends and quantisation kernels are keyed on it.
+    compute_capability: int
+    a100_class: bool = False
+
+
+# Attention kinds the simulator's KV layout knows.
+GQA, MLA, DSV4 = "gqa", "mla", "dsv4"
+
+# Weight formats (dense_quant / expert_quant) and their bytes per parameter, scales included:
+# "fp8" one scale per tensor or channel, "fp8_block" one per quant_block x quant_block tile
+# (both ~1 byte); "fp4" DeepSeek-V4's 4-bit experts (0.5 B + block scales); "nvfp4" E2M1 with
+# one FP8 scale per 16 weights (0.5 + 1/16); "mxfp4" E2M1 with one E8M0 scale per 32 weights
+# (0.5 + 1/32, gpt-oss's experts); "int4_wo" 4-bit integer weights with bf16 activations
+# (0.5 B + a bf16 scale per group, 32 in Kimi-K2.5: 0.5 + 2/32).
+QUANT_FORMATS: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "fp4": 0.53,
+                                   "nvfp4": 0.5625, "mxfp4": 0.53125, "int4_wo": 0.5625}
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    total_params_b: float  # billions, model card
+    active_params_b: float  # billions per token, model card
+    # Bytes per parameter as served: dense (attention, shared experts, embeddings) and routed
+    # experts separately, since DeepSeek-V4 ships its experts in FP4 and the rest in FP8.
+    dense_bytes_per_param: float
+    expert_bytes_per_param: float
+    num_layers: int
+    hidden_size: int
+    vocab_size: int
+    max_context: int
+    attention: str  # GQA, MLA or DSV4
+    num_heads: int
+    num_kv_heads: int  # GQA; 1 for the latent (replicated) caches of MLA and DSV4
+    head_dim: int  # GQA and DSV4 (the shared K=V entry width); MLA: qk_nope + rope
+    intermediate_size: int  # dense MLP width (dense layers only)
+    source: str
+    kv_lora_rank: int = 0  # MLA latent width
+    qk_rope_head_dim: int = 0  # MLA / DSV4 rotary part of each entry
+    v_head_dim: int = 0  # MLA
+    # DSV4 hybrid attention: per-layer compression ratio (0 = sliding window only), the raw
+    # window every layer keeps, and the CSA indexer's key width and top-k.
+    compress_ratios: tuple[int, ...] = ()
+    sliding_window: int = 0
+    # GQA models with sliding-window layers (gpt-oss: every other layer attends to the last
+    # `sliding_window` tokens only): how many of the layers do. 0 = all layers attend fully.
+    sliding_window_layers: int = 0
+    index_head_dim: int = 0
+    index_topk: int = 0
+    # Mixture of experts: routed experts per MoE layer (0 = dense model), how many a token
+    # uses, the width of one expert, shared experts, and how many leading layers are dense.
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    num_shared_experts: int = 0
+    first_dense_layers: int = 0
+    # Multi-token-prediction layers shipped with the checkpoint, which vLLM drafts with
+    # (speculative_config method `mtp`; no separate draft model).
+    mtp: bool = False
+    # Weight formats as served, which the rules on kernels and shard sizes key on: one of
+    # QUANT_FORMATS. Dense means attention, shared experts, dense MLPs and embeddings.
+    dense_quant: str = "bf16"
+    expert_quant: str = "bf16"
+    quant_block: int = 0  # the block of a block-wise quantisation (128); 0 = none
+    # The checkpoint's Hugging Face id, as vLLM's recipe (vllm-project/recipes,
+    # models/<org>/<model>.yaml) serves it: what a published config names as `model` when the
+    # deployment's campaigns loaded no other path. Empty for a model with none (tiny-llama).
+    hf_id: str = ""
+
+    @property
+    def moe_layers(self) -> int:
+        return self.num_layers - self.first_dense_layers if self.num_experts else 0
+
+    @property
+    def routed_expert_params(self) -> float:
+        """Parameters of all routed experts together (gate, up and down projections)."""
+        return float(self.moe_layers * self.num_experts * 3 * self.hidden_size
+                     * self.moe_intermediate_size)
+
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes of the served weights, all GPUs together."""
+        experts = min(self.routed_expert_params, self.total_params_b * 1e9)
+        dense = self.total_params_b * 1e9 - experts
+        return dense * self.dense_bytes_per_param + experts * self.expert_bytes_per_param
