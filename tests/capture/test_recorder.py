@@ -63,11 +63,14 @@ def test_the_flusher_writes_without_being_asked_and_no_file_without_records(tmp_
     async def go() -> list[str]:
         rec = Recorder(tmp_path, flush_interval_s=0.05)
         await rec.start()
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # four flush intervals with nothing to write
         assert list(tmp_path.iterdir()) == []  # nothing to write, no empty file
         rec.add(_record(1))
-        await asyncio.sleep(0.3)
-        lines = rec.files[0].read_text().splitlines()  # before close: the flusher did it
+        lines: list[str] = []
+        for _ in range(200):  # a bounded poll (10 s): before close, the flusher wrote it
+            if rec.files and (lines := rec.files[0].read_text().splitlines()):
+                break
+            await asyncio.sleep(0.05)
         await rec.close()
         return lines
 
