@@ -1,14 +1,14 @@
 """initial tables
 
 Revision ID: 0001
-Revises: 
+Revises:
 Create Date: 2026-12-02 10:09:00.808878
 """
 from __future__ import annotations
 
-from alembic import op
 import sqlalchemy as sa
 
+from alembic import op
 
 revision = '0001'
 down_revision = None
