@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from autotune.campaign import quarterly as q
 from autotune.campaign.requests import QuarterlyRequest
 from autotune.campaign.study import CampaignRequest, StudyController
+from autotune.campaign.study.observer import LoggedOutput
 from autotune.domain.records import CapacitySearch
 from autotune.domain.slo import SLO, parse_slo
 from autotune.errors import AutotuneError, ConfigError, SettingError
@@ -24,6 +25,7 @@ from autotune.measure.backend_options import backend_options
 from autotune.measure.backends import available_backends
 from autotune.measure.executors import load_executor
 from autotune.search.space import check_searchable, deployment_space, space_name_for
+from autotune.settings import Settings, get_settings
 from autotune.storage import repo
 from autotune.storage.db import open_database, session_scope
 from autotune.storage.models import Campaign, Deployment
@@ -51,9 +53,13 @@ class QuarterlyOutput(Protocol):
         """The quarter's decision, read in `session` before it commits."""
 
 
-def run_quarterly(request: QuarterlyRequest, *, settings: Any, out: QuarterlyOutput) -> int:
-    """The exit code (autotune.campaign.quarterly's: 0 published, kept or already decided; 4 no feasible
-    config); bad input raises before the database is written."""
+def run_quarterly(request: QuarterlyRequest, *, settings: Settings | None = None,
+                  out: QuarterlyOutput | None = None) -> int:
+    """The exit code (autotune.campaign.quarterly's: 0 published, kept or already decided; 4 no
+    feasible config); bad input raises before the database is written. `settings` and `out`
+    default as run_campaign's do."""
+    settings = settings or get_settings()
+    out = out or LoggedOutput()
     label = request.period_label
     now = datetime.now(UTC)
     url = settings.database_url

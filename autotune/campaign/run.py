@@ -22,6 +22,7 @@ from autotune.campaign.multifidelity import Screening
 from autotune.campaign.requests import TuneRequest
 from autotune.campaign.resume import differences, sampler_change, stored_sampler
 from autotune.campaign.study import CampaignRequest, StudyController, comparisons
+from autotune.campaign.study.observer import LoggedOutput
 from autotune.domain.deployment import DeploymentSpec
 from autotune.domain.records import CapacitySearch
 from autotune.domain.slo import parse_slo
@@ -31,6 +32,7 @@ from autotune.measure.backends import available_backends
 from autotune.measure.executors import load_executor
 from autotune.search.samplers import make_sampler
 from autotune.search.space import check_searchable, deployment_space, space_name_for, space_summary
+from autotune.settings import Settings, get_settings
 from autotune.storage import repo
 from autotune.storage.db import open_database, session_scope
 from autotune.storage.models import Campaign, Deployment
@@ -69,9 +71,14 @@ class CampaignRun:
     paths: tuple[pp.PathSummary, ...] = ()
 
 
-def run_campaign(request: TuneRequest, *, settings: Any, out: CampaignOutput) -> CampaignRun:
+def run_campaign(request: TuneRequest, *, settings: Settings | None = None,
+                 out: CampaignOutput | None = None) -> CampaignRun:
     """Check what the request needs besides its own values, run the campaign (or report a
-    completed one), then its path campaigns, on the database of `settings`."""
+    completed one), then its path campaigns, on the database of `settings` (default: the
+    AUTOTUNE_ environment's); `out` shows its lines and progress (default: the `autotune`
+    logger, no display)."""
+    settings = settings or get_settings()
+    out = out or LoggedOutput()
     backend, search_backend = request.campaign_backend, request.search_backend
     # An unknown executor, or one whose package is missing (Ray), is refused before anything
     # is shown.
