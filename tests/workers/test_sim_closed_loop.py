@@ -3,6 +3,8 @@ its last one finished, as `vllm bench serve --max-concurrency N` does."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -174,3 +176,27 @@ def test_client_start_times_stagger_the_first_sends_and_desynchronise_equal_requ
     assert spread.ttft_s[2 * n:].mean() < together.ttft_s[2 * n:].mean()
     with pytest.raises(ValueError, match="start_s"):
         replay_closed_loop(perf, prompts, outputs, n, 0, start_s=np.zeros(n - 1))
+
+
+@pytest.mark.parametrize("layout", ["single", "dense-dp2", "dep2"])
+def test_a_front_end_delay_reaches_the_client_late_and_frees_it_late(layout: str) -> None:
+    """With a front end (frontend_s > 0), each token reaches the client that much after its
+    step, so a client sends its next request that much later; the fast path still equals
+    stepping every step."""
+    perf = _perf(layout)
+    frontend_s = 0.004
+    perf.profile = dataclasses.replace(perf.profile, coefficients=dataclasses.replace(
+        perf.profile.coefficients, frontend_s=frontend_s))
+    n = 8
+    fast = replay_closed_loop(perf, PROMPTS, OUTPUTS, n, 3)
+    step = replay_closed_loop(perf, PROMPTS, OUTPUTS, n, 3, skip_decode_runs=False)
+    np.testing.assert_allclose(fast.scheduled_s, step.scheduled_s, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(fast.e2e_s, step.e2e_s, rtol=1e-9, atol=1e-9)
+    assert _in_flight_at_sends(fast).max() == n
+    # Still one send per read last token, and every TTFT carries the delay on top of a step.
+    done = np.sort(fast.scheduled_s + fast.e2e_s)
+    assert fast.scheduled_s[n:] == pytest.approx(done[:len(done) - n], abs=1e-9)
+    assert (fast.ttft_s > frontend_s).all()
+    # The same load with no front end finishes sooner: the delay is in every request's cycle.
+    assert _reply_s(_perf(layout)) < frontend_s
+    assert replay_closed_loop(_perf(layout), PROMPTS, OUTPUTS, n, 3).wall_s < fast.wall_s
