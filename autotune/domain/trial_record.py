@@ -3,6 +3,7 @@ of a trial once it has been told (a row of autotune_trials, less its replays and
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,5 +22,7 @@ class TrialRecord:
     latency: dict[str, Any] | None = None  # LatencySummary at capacity (or the recorded rate)
     failure_class: str | None = None
     failure_message: str | None = None
-    constraints: dict[str, float] = field(default_factory=dict)
+    # Each constraint's value, > 0 violated; one read back from the database is None where it was
+    # not finite (stored as null: recorder.finite_json).
+    constraints: Mapping[str, float | None] = field(default_factory=dict)
     fidelity: str = ""  # the backend that measured it

@@ -242,10 +242,14 @@ def traces_for(session: Session, deployment: Deployment | None,
 
 
 def trial_record(row: Trial) -> TrialRecord:
-    """The record of a stored trial (a resumed campaign's, or a finished one's report)."""
+    """The record of a stored trial (a resumed campaign's, or a finished one's report): its
+    constraint values as floats, None where the JSON holds no number (a non-finite value is
+    stored as null)."""
     return TrialRecord(number=row.number, role=row.role, state=row.state, feasible=row.feasible,
                        capacity_output_tok_s=row.capacity_output_tok_s,
                        config=dict(row.engine_config), repeat_of=row.repeat_of,
                        latency=row.latency, failure_class=row.failure_class,
-                       failure_message=row.failure_message, constraints=dict(row.constraints),
+                       failure_message=row.failure_message,
+                       constraints={k: float(v) if isinstance(v, int | float) else None
+                                    for k, v in row.constraints.items()},
                        fidelity=row.fidelity)

@@ -281,9 +281,7 @@ def test_unknown_campaign_is_one_line_and_exit_2(report_db: ReportDb, tmp_path: 
 
 def _trial(number: int, feasible: bool, capacity: float) -> ReportTrial:
     return ReportTrial(number=number, role="proposed", state="measured", feasible=feasible,
-                       capacity_output_tok_s=capacity, measured_output_tok_s=capacity,
-                       latency_p99_ms={}, config={}, constraints={}, failure_class=None,
-                       failure_message=None, repeat_of=None)
+                       capacity_output_tok_s=capacity)
 
 
 def test_pareto_front_keeps_only_undominated_points() -> None:

@@ -264,7 +264,5 @@ def test_curve_orders_by_offered_load_and_drops_client_bound_replays() -> None:
                ReportReplay(index=3, rate_scale=8.0, output_tok_s=3.0, slo_ok=False,
                             client_bound=False, at_capacity=False))  # stored without a rate
     t = ReportTrial(number=1, role="proposed", state="measured", feasible=True,
-                    capacity_output_tok_s=2.0, measured_output_tok_s=2.0, latency_p99_ms={},
-                    config={}, constraints={}, failure_class=None, failure_message=None,
-                    repeat_of=None, replays=replays)
+                    capacity_output_tok_s=2.0, replays=replays)
     assert [r.index for r in plots.curve(t)] == [1, 0]

@@ -7,7 +7,7 @@ rendered (and tested) without a session open.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from typing import Any
 
@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from autotune.domain import optuna_keys as keys
 from autotune.domain.engine_config import EngineConfig
 from autotune.domain.parallelism import Strategy
+from autotune.domain.trial_record import TrialRecord
 from autotune.errors import NotFoundError
 from autotune.release import gains
 from autotune.search import accuracy
@@ -38,6 +39,16 @@ CAPACITY_LATENCY_KEYS = tuple(f"{m}_{p}_ms" for m in ("ttft", "tpot", "itl", "e2
 TOP_CONFIGS = 3
 # fANOVA on fewer complete trials says nothing useful (and raises on one).
 MIN_TRIALS_FOR_IMPORTANCE = 4
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _p99s(latency: dict[str, Any] | None) -> dict[str, float | None]:
+    """The LATENCY_KEYS of a stored latency summary, None where it has no number."""
+    lat = latency or {}
+    return {k: _float(lat.get(k)) for k in LATENCY_KEYS}
 
 
 @dataclass(frozen=True)
@@ -72,26 +83,32 @@ class ReportReplay:
 
 
 @dataclass(frozen=True)
-class ReportTrial:
-    number: int
-    role: str
-    state: str  # measured, rejected, failed
-    feasible: bool
-    capacity_output_tok_s: float  # 0 unless feasible
-    # Throughput and P99s at the point measured: capacity for feasible trials, the recorded
-    # rate for the ones that missed the SLO there; None when nothing was measured.
-    measured_output_tok_s: float | None
-    latency_p99_ms: dict[str, float | None]
-    config: dict[str, Any]
-    constraints: dict[str, float | None]
-    failure_class: str | None
-    failure_message: str | None
-    repeat_of: int | None
-    fidelity: str = ""  # the backend that measured it
+class ReportTrial(TrialRecord):
+    """A trial as the report shows it: the finished-trial record (repo.trial_record), whose
+    `latency` is the stored summary at the point measured (capacity for a feasible trial, the
+    recorded rate for one that missed the SLO there; None when nothing was measured), and what
+    only the report draws: its capacity search."""
+
     capacity_rate_scale: float = 0.0
-    # Every stored latency figure at the point measured (P50/P90/P99/P99.9, goodput...).
-    latency: dict[str, float | None] = field(default_factory=dict)
     replays: tuple[ReportReplay, ...] = ()
+
+    @classmethod
+    def of(cls, record: TrialRecord, **extra: Any) -> ReportTrial:
+        """The record's fields, and the report's (`extra`)."""
+        return cls(**{f.name: getattr(record, f.name) for f in fields(TrialRecord)}, **extra)
+
+    def figure(self, key: str) -> float | None:
+        """A stored latency figure at the point measured (P50/P90/P99/P99.9, goodput,
+        output_tok_s...); None where it was not measured or is no number."""
+        return _float((self.latency or {}).get(key))
+
+    @property
+    def measured_output_tok_s(self) -> float | None:
+        return self.figure("output_tok_s")
+
+    @property
+    def latency_p99_ms(self) -> dict[str, float | None]:
+        return _p99s(self.latency)
 
     @property
     def at_capacity(self) -> ReportReplay | None:
@@ -227,10 +244,6 @@ def find_campaign(session: Session, campaign: str, deployment: str | None = None
         return found
 
 
-def _float(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) else None
-
-
 def _quantiles(value: Any) -> dict[str, tuple[float | None, ...]] | None:
     if not isinstance(value, dict) or not isinstance(value.get("pcts"), list):
         return None
@@ -258,17 +271,8 @@ def _replay(index: int, r: dict[str, Any], t: Trial) -> ReportReplay:
 
 
 def _trial(t: Trial) -> ReportTrial:
-    lat = t.latency or {}
-    return ReportTrial(
-        number=t.number, role=t.role, state=t.state, feasible=t.feasible,
-        capacity_output_tok_s=t.capacity_output_tok_s,
-        measured_output_tok_s=_float(lat.get("output_tok_s")) if t.latency else None,
-        latency_p99_ms={k: _float(lat.get(k)) for k in LATENCY_KEYS},
-        config=dict(t.engine_config), constraints={k: _float(v) for k, v in t.constraints.items()},
-        failure_class=t.failure_class, failure_message=t.failure_message, repeat_of=t.repeat_of,
-        fidelity=t.fidelity, capacity_rate_scale=t.capacity_rate_scale,
-        latency={k: _float(v) for k, v in lat.items() if not isinstance(v, dict | list)},
-        replays=tuple(_replay(i, r, t) for i, r in enumerate(t.replays or [])))
+    return ReportTrial.of(repo.trial_record(t), capacity_rate_scale=t.capacity_rate_scale,
+                          replays=tuple(_replay(i, r, t) for i, r in enumerate(t.replays or [])))
 
 
 def _confirmation(c: Confirmation) -> ReportConfirmation:
@@ -285,7 +289,6 @@ def _column(label: str, source: str, t: Trial, config: dict[str, Any],
     """`other_campaign`: `t` was measured by another campaign (the incumbent's publication);
     only this campaign's own confirmation of the config compares like for like."""
     spec = repo.spec_of(campaign.deployment)
-    lat = t.latency or {}
     conf = repo.confirmation_of(campaign, config)
     why = None
     if conf is None:
@@ -294,7 +297,7 @@ def _column(label: str, source: str, t: Trial, config: dict[str, Any],
                                         bool(campaign.confirmations)))
     return ConfigColumn(label=label, source=source, feasible=t.feasible,
                         capacity_output_tok_s=t.capacity_output_tok_s,
-                        latency_p99_ms={k: _float(lat.get(k)) for k in LATENCY_KEYS},
+                        latency_p99_ms=_p99s(t.latency),
                         effective_config=_with_layout(effective_values(EngineConfig(**config),
                                                                        spec)),
                         failure_class=t.failure_class,

@@ -67,7 +67,7 @@ def trial_rows(report: CampaignReport) -> tuple[list[str], list[dict[str, Any]]]
             "capacity_rate_scale": t.capacity_rate_scale, "gpus": report.gpu_count,
             "capacity_output_tok_s_per_gpu": _per(capacity, report.gpu_count),
             "measured_output_tok_s": t.measured_output_tok_s,
-            **{k: t.latency.get(k) for k in _MEASURED},
+            **{k: t.figure(k) for k in _MEASURED},
             "failure_class": t.failure_class, "failure_message": t.failure_message,
             "repeat_of": t.repeat_of, "replays": len(t.replays),
             **{f"arg.{a}": _cell(t.config.get(a)) for a in args},
