@@ -139,7 +139,8 @@ class TrialView(BaseModel):
     capacity_rate_scale: float
     engine_config: dict[str, Any]
     latency: dict[str, Any] | None
-    constraints: dict[str, float]
+    # null where the value was not finite (JSON has no infinity; the recorder stores null)
+    constraints: dict[str, float | None]
     failure_class: str | None
     failure_message: str | None
     repeat_of: int | None

@@ -194,3 +194,28 @@ def test_writes_need_the_bearer_token_and_change_nothing_without_it(db_url: str)
         assert len(history) == len(before["publications"]) + 3
         missing = c.post("/v1/deployments/demo/publish", headers=auth, json={"campaign": "nope"})
         assert missing.status_code == 404 and set(missing.json()) == {"error"}
+
+
+def test_a_trial_with_a_null_constraint_is_listed(db_url: str) -> None:
+    """A constraint stored as null (a value with no JSON form, such as infinity) is listed as
+    null, not a 500."""
+    from autotune.storage.models import Trial
+
+    engine = open_database(db_url)
+    with session_scope(engine) as s:
+        trial = s.scalars(sa.select(Trial).order_by(Trial.id)).first()
+        assert trial is not None and trial.constraints
+        key = next(iter(trial.constraints))
+        old, trial.constraints = dict(trial.constraints), {**trial.constraints, key: None}
+        number, campaign_id = trial.number, trial.campaign_id
+    try:
+        with TestClient(create_app(Settings(database_url=db_url))) as c:
+            resp = c.get(f"/v1/campaigns/{campaign_id}/trials?limit=500")
+        assert resp.status_code == 200, resp.text
+        (listed,) = [t for t in resp.json()["trials"] if t["number"] == number]
+        assert listed["constraints"][key] is None
+    finally:
+        with session_scope(engine) as s:
+            s.scalars(sa.select(Trial).where(Trial.number == number,
+                                           Trial.campaign_id == campaign_id)).one().constraints = old
+        engine.dispose()
