@@ -109,7 +109,8 @@ def _sim_digest() -> str:
     root = Path(__file__).resolve().parents[1]
     for path in sorted([*(root / "workers" / "sim").rglob("*.py"),
                         *(root / "workers" / "sim").rglob("*.yaml"),
-                        root / "autotune" / "capacity.py", root / "autotune" / "metrics.py"]):
+                        root / "autotune" / "measure" / "capacity.py",
+                        root / "autotune" / "measure" / "metrics.py"]):
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
