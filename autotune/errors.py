@@ -35,18 +35,42 @@ class ConfigError(AutotuneError):
     pass
 
 
+class SettingText:
+    """A line naming the settings it concerns as `{setting}` placeholders: str() names them as
+    the library does (gpu_count), `render` as a front end does (the CLI's --gpus). Values go in
+    as keywords, so braces in them are never read as placeholders. A warning a library hands its
+    front end is one; a SettingError holds one."""
+
+    def __init__(self, template: str, **values: object) -> None:
+        self.template, self.values = template, values
+
+    def render(self, name_of: Callable[[str], str]) -> str:
+        return self.template.format_map(_Names(name_of, self.values))
+
+    def __str__(self) -> str:
+        return self.render(lambda setting: setting)
+
+
 class SettingError(ConfigError):
-    """Bad input to a library call (autotune.campaign.run, autotune.campaign.quarterly_job), naming the
-    settings it concerns as `{setting}` placeholders: str() names them as the library does
-    (gpu_count), `render` as a front end does (the CLI's --gpus). Values go in as keywords, so
-    braces in them are never read as placeholders."""
+    """Bad input to a library call (a campaign, a traffic shape, a capture, ...), its message a
+    SettingText: str() names the settings as the library does (gpu_count), `render` as a front
+    end does (the CLI's --gpus)."""
 
     def __init__(self, template: str, **values: object) -> None:
         self.template, self.values = template, values
         super().__init__(self.render(lambda setting: setting))
 
     def render(self, name_of: Callable[[str], str]) -> str:
-        return self.template.format_map(_Names(name_of, self.values))
+        return SettingText(self.template, **self.values).render(name_of)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Pickled (a worker process, Ray) as template and values, not as the rendered line.
+        return _setting_error, (type(self), self.template, self.values)
+
+
+def _setting_error(cls: type[SettingError], template: str,
+                   values: dict[str, object]) -> SettingError:
+    return cls(template, **values)
 
 
 def placeholder(setting: str) -> str:

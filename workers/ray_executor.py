@@ -25,7 +25,7 @@ import socket
 from typing import Any
 
 from autotune.domain.records import TrialOutcome, TrialSpec
-from autotune.errors import ConfigError, InfrastructureError
+from autotune.errors import ConfigError, InfrastructureError, SettingError
 from autotune.measure import progress
 from autotune.measure.executors import Executor, execute_trial
 from autotune.vocabulary import FailureClass
@@ -37,8 +37,8 @@ try:
 except ModuleNotFoundError as exc:  # Ray is the `ray` extra; a Ray broken inside still raises
     if exc.name != "ray":
         raise
-    raise ConfigError("the ray executor (--executor ray, --ray-address, AUTOTUNE_RAY_ADDRESS) "
-                      "needs Ray, which is not installed: pip install 'autotune[ray]'") from None
+    raise SettingError("the ray executor ({executor} ray, {ray_address}, AUTOTUNE_RAY_ADDRESS) "
+                       "needs Ray, which is not installed: pip install 'autotune[ray]'") from None
 
 # After the check above: it imports Ray too.
 from autotune.workers.ray_progress import DriverInbox, WorkerRelay

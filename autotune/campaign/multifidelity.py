@@ -112,7 +112,7 @@ def plan(screened: Sequence[TrialRecord], top: int, references: Sequence[tuple[s
         picked += 1
     if picked < top:
         log.warning("screening found %d feasible distinct config(s) besides the references, "
-                    "fewer than --screen-top %d", picked, top)
+                    "fewer than screen_top %d", picked, top)
     return runs
 
 

@@ -166,6 +166,10 @@ def _stored_slo(stored: Any) -> SLO:
         raise SettingError("no SLO: the deployment has no campaign to take it from; give {slo}")
     try:
         return SLO.from_dict(stored)
+    except SettingError as exc:  # its settings named as this one's are
+        raise SettingError("the latest campaign's SLO {stored!r} cannot be read ("
+                           + exc.template + "); give {slo}", **{**exc.values, "stored": stored}
+                           ) from None
     except (AutotuneError, ValueError, TypeError, KeyError) as exc:
         raise SettingError("the latest campaign's SLO {stored!r} cannot be read ({why}); give "
                            "{slo}", stored=stored, why=exc) from None

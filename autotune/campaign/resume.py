@@ -41,7 +41,7 @@ from sqlalchemy.exc import IntegrityError
 from autotune.domain import optuna_keys as keys
 from autotune.domain.records import LatencySummary, TrialOutcome
 from autotune.domain.slo import SLO
-from autotune.errors import CampaignBusyError, ConfigError, StorageError
+from autotune.errors import CampaignBusyError, ConfigError, SettingError, SettingText, StorageError
 from autotune.storage import repo
 from autotune.storage.db import session_scope
 from autotune.storage.models import Campaign, Deployment, Trial
@@ -173,25 +173,29 @@ def stored_sampler(storage_url: str, study_name: str) -> str | None:
         storage.engine.dispose()
 
 
-def sampler_change(stored: str | None, asked: str, campaign: str, completed: bool) -> str | None:
+def sampler_change(stored: str | None, asked: str, campaign: str,
+                   completed: bool) -> SettingText | None:
     """The warning for a campaign run again with another --sampler, None for the same one.
     Not a refusal: the sampler decides which configs are proposed, not what a measurement
     means, and Optuna continues a study with another sampler."""
     if stored is None or stored == asked:
         return None
     if completed:
-        return (f"campaign {campaign!r} was run with --sampler {stored}; its result is shown as "
-                f"it is (give --new-campaign to search with --sampler {asked})")
-    return (f"campaign {campaign!r} was started with --sampler {stored}; its remaining trials "
-            f"are proposed by --sampler {asked}")
+        return SettingText("campaign {name!r} was run with {sampler} {stored}; its result is "
+                           "shown as it is (give {new_campaign} to search with {sampler} "
+                           "{asked})", name=campaign, stored=stored, asked=asked)
+    return SettingText("campaign {name!r} was started with {sampler} {stored}; its remaining "
+                       "trials are proposed by {sampler} {asked}", name=campaign, stored=stored,
+                       asked=asked)
 
 
 def _check_same(c: Campaign, request: CampaignRequest) -> None:
     diffs = differences(c, request)
     if diffs:
-        raise ConfigError(f"campaign {request.campaign!r} of deployment "
-                          f"{request.deployment.name!r} was started with {', '.join(diffs)}; "
-                          "resume it with the same settings or choose another --campaign name")
+        raise SettingError("campaign {name!r} of deployment {deployment!r} was started with "
+                           "{diffs}; resume it with the same settings or choose another "
+                           "{campaign} name", name=request.campaign,
+                           deployment=request.deployment.name, diffs=", ".join(diffs))
 
 
 def _new_campaign(engine: Engine, request: CampaignRequest, owner: str) -> int | None:

@@ -26,7 +26,7 @@ from autotune.campaign.study.observer import LoggedOutput
 from autotune.domain.deployment import DeploymentSpec
 from autotune.domain.records import CapacitySearch
 from autotune.domain.slo import parse_slo
-from autotune.errors import AutotuneError, ConfigError, SettingError
+from autotune.errors import AutotuneError, ConfigError, SettingError, SettingText
 from autotune.measure.backend_options import backend_options
 from autotune.measure.backends import available_backends
 from autotune.measure.executors import load_executor
@@ -50,8 +50,9 @@ class CampaignOutput(Protocol):
     def say(self, line: str) -> None:
         """A line of the campaign's own output (the space, the step model, ...)."""
 
-    def warn(self, line: str) -> None:
-        """A line beside the output (a renamed campaign, a changed sampler)."""
+    def warn(self, line: str | SettingText) -> None:
+        """A line beside the output (a renamed campaign, a changed sampler: a SettingText, its
+        settings named as the front end names them)."""
 
     def progress(self) -> Any:
         """The trials' observer for one campaign's run (closed after it)."""
@@ -151,7 +152,7 @@ def run_campaign(request: TuneRequest, *, settings: Settings | None = None,
             change = sampler_change(stored_sampler(url, r.study_name), r.sampler, r.campaign,
                                     completed=True)
             if change:
-                out.warn(f"autotune: warning: {change}")
+                out.warn(SettingText("autotune: warning: " + change.template, **change.values))
             out.say(f"campaign {r.campaign!r} of deployment {r.deployment.name!r} already "
                     "completed" + ("; its result:" if not request.tunes_paths else ""))
             return done[r.study_name]

@@ -16,7 +16,7 @@ from array import array
 from collections.abc import Sequence
 from pathlib import Path
 
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, SettingError
 
 SALT_FILE_NAME = "salt"
 _SALT_BYTES = 32
@@ -51,8 +51,9 @@ def load_or_create_salt(out_dir: Path, salt_file: Path | None) -> tuple[bytes, P
         except FileExistsError:
             pass
         except OSError as exc:
-            raise ConfigError(f"cannot create the salt file {path}: {exc.strerror}; "
-                              "give a writable --out directory or --salt-file") from None
+            raise SettingError("cannot create the salt file {path}: {why}; give a writable "
+                               "{out_dir} directory or {salt_file}", path=path,
+                               why=exc.strerror) from None
         else:
             with os.fdopen(fd, "w") as f:
                 f.write(secrets.token_hex(_SALT_BYTES) + "\n")
@@ -61,6 +62,7 @@ def load_or_create_salt(out_dir: Path, salt_file: Path | None) -> tuple[bytes, P
     except OSError as exc:
         raise ConfigError(f"cannot read the salt file {path}: {exc.strerror}") from None
     if not salt:
-        raise ConfigError(f"the salt file {path} is empty; put a secret in it (e.g. "
-                          "`openssl rand -hex 32`) or leave --salt-file out to generate one")
+        raise SettingError("the salt file {path} is empty; put a secret in it (e.g. "
+                           "`openssl rand -hex 32`) or leave {salt_file} out to generate one",
+                           path=path)
     return salt, path

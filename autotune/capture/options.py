@@ -8,7 +8,7 @@ from pathlib import Path
 
 from yarl import URL
 
-from autotune.errors import ConfigError
+from autotune.errors import SettingError
 
 DEFAULT_ROTATE_MB = 100.0
 
@@ -33,7 +33,7 @@ def parse_listen(listen: str) -> tuple[str, int]:
     """HOST:PORT, [IPv6]:PORT or :PORT (all interfaces); port 0 picks a free one."""
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"--listen {listen!r} is not HOST:PORT (e.g. 127.0.0.1:8001)")
+        raise SettingError("{listen} {got!r} is not HOST:PORT (e.g. 127.0.0.1:8001)", got=listen)
     host = host.strip("[]") or "0.0.0.0"
     return host, int(port)
 
@@ -44,11 +44,11 @@ def check_upstream(upstream: str) -> str:
     except (ValueError, TypeError):
         url = None
     if url is None or url.scheme not in ("http", "https") or not url.host:
-        raise ConfigError(f"--upstream {upstream!r} is not an http(s) URL "
-                          "(e.g. http://127.0.0.1:8000, the vLLM server)")
+        raise SettingError("{upstream} {got!r} is not an http(s) URL "
+                           "(e.g. http://127.0.0.1:8000, the vLLM server)", got=upstream)
     if url.query_string or url.fragment:
-        raise ConfigError(f"--upstream {upstream!r}: give the server's base URL, without a "
-                          "query or fragment")
+        raise SettingError("{upstream} {got!r}: give the server's base URL, without a query or "
+                           "fragment", got=upstream)
     return str(url).rstrip("/")
 
 
@@ -57,9 +57,11 @@ def check_out_dir(out_dir: Path) -> Path:
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ConfigError(f"--out {out_dir}: cannot create the directory ({exc.strerror})") from None
+        raise SettingError("{out_dir} {path}: cannot create the directory ({why})", path=out_dir,
+                           why=exc.strerror) from None
     if not out_dir.is_dir() or not os.access(out_dir, os.W_OK | os.X_OK):
-        raise ConfigError(f"--out {out_dir} is not a writable directory; choose another")
+        raise SettingError("{out_dir} {path} is not a writable directory; choose another",
+                           path=out_dir)
     return out_dir
 
 
@@ -67,16 +69,17 @@ def build_options(*, upstream: str, listen: str, out_dir: Path, store_text: bool
                   salt_file: Path | None = None, hash_block_tokens: int = 512,
                   rotate_mb: float | None = None, rotate_s: float | None = None) -> CaptureOptions:
     if rotate_mb is not None and rotate_s is not None:
-        raise ConfigError("--rotate-mb and --rotate-s exclude each other; give one")
+        raise SettingError("{rotate_mb} and {rotate_s} exclude each other; give one")
     if rotate_mb is not None and not rotate_mb > 0:
-        raise ConfigError(f"--rotate-mb must be positive, got {rotate_mb}")
+        raise SettingError("{rotate_mb} must be positive, got {got}", got=rotate_mb)
     if rotate_s is not None and not rotate_s > 0:
-        raise ConfigError(f"--rotate-s must be positive, got {rotate_s}")
+        raise SettingError("{rotate_s} must be positive, got {got}", got=rotate_s)
     if not 1 <= hash_block_tokens <= 1 << 20:
-        raise ConfigError(f"--hash-block-tokens must be from 1 to {1 << 20}, got {hash_block_tokens}")
+        raise SettingError("{hash_block_tokens} must be from 1 to {most}, got {got}",
+                           most=1 << 20, got=hash_block_tokens)
     if salt_file is not None and not salt_file.is_file():
-        raise ConfigError(f"--salt-file {salt_file} does not exist; leave it out to generate a "
-                          "salt in the --out directory")
+        raise SettingError("{salt_file} {path} does not exist; leave it out to generate a salt "
+                           "in the {out_dir} directory", path=salt_file)
     host, port = parse_listen(listen)
     rotate_bytes = (int(rotate_mb * 1024 * 1024) if rotate_mb is not None
                     else None if rotate_s is not None else int(DEFAULT_ROTATE_MB * 1024 * 1024))

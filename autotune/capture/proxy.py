@@ -40,7 +40,7 @@ from autotune.capture.options import CaptureOptions
 from autotune.capture.recorder import Recorder
 from autotune.capture.request_info import RequestInfo, inspect_request
 from autotune.capture.sse import StreamTap
-from autotune.errors import ConfigError
+from autotune.errors import SettingError
 from autotune.traffic.capture_format import CaptureRecord
 
 log = logging.getLogger("autotune.capture")
@@ -98,8 +98,9 @@ class CaptureProxy:
         except OSError as exc:
             await self._runner.cleanup()
             await self._session.close()
-            raise ConfigError(f"--listen {self.options.host}:{self.options.port}: cannot listen "
-                              f"({exc.strerror}); choose another address or port") from None
+            raise SettingError("{listen} {host}:{port}: cannot listen ({why}); choose another "
+                               "address or port", host=self.options.host,
+                               port=self.options.port, why=exc.strerror) from None
         await self.recorder.start()
         server = site._server  # the bound socket, to learn the port when 0 was asked for
         sockets = getattr(server, "sockets", None) or []

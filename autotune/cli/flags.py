@@ -8,13 +8,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from autotune.errors import SettingError
+from autotune.errors import SettingError, SettingText
 
 FLAGS = {
     "gpu_count": "--gpus",
     "tensor_parallel_size": "--tp",
     "traffic_profile": "--traffic",
     "engine_args": "--engine-arg",  # repeatable: one argument a flag
+    "out_dir": "--out",  # capture, report
+    "config_file": "--yaml",  # check-config: a `vllm serve --config` file
+    "start_s": "--start",  # traffic shape
+    "end_s": "--end",
+    "sample_requests": "--sample",
 }
 TUNE_FLAGS = {"max_trials": "--trials"}  # `quarterly` keeps --max-trials
 
@@ -24,6 +29,8 @@ def flag_of(setting: str, overrides: Mapping[str, str] | None = None) -> str:
     return found or "--" + setting.replace("_", "-")
 
 
-def flag_message(exc: SettingError, overrides: Mapping[str, str] | None = None) -> str:
-    """The error's line as the command line says it: its settings named by their flags."""
+def flag_message(exc: SettingError | SettingText,
+                 overrides: Mapping[str, str] | None = None) -> str:
+    """The error's (or warning's) line as the command line says it: its settings named by their
+    flags."""
     return exc.render(lambda setting: flag_of(setting, overrides))

@@ -11,10 +11,12 @@ from sqlalchemy.orm import Session
 
 from autotune.campaign.per_path import PathSummary
 from autotune.cli import json_views
+from autotune.cli.flags import TUNE_FLAGS, flag_message
 from autotune.cli.live import progress_observer
 from autotune.cli.render import per_path_table
 from autotune.cli.report import print_campaign_result
 from autotune.domain.engine_config import EngineConfig
+from autotune.errors import SettingText
 from autotune.storage.models import Campaign
 
 
@@ -29,8 +31,9 @@ class TuneOutput:
     def say(self, line: str) -> None:
         self.console.print(line, markup=False, highlight=False, soft_wrap=True)
 
-    def warn(self, line: str) -> None:
-        self.err.print(line, markup=False, highlight=False, soft_wrap=True)
+    def warn(self, line: str | SettingText) -> None:
+        text = flag_message(line, TUNE_FLAGS) if isinstance(line, SettingText) else line
+        self.err.print(text, markup=False, highlight=False, soft_wrap=True)
 
     def progress(self) -> Any:
         return progress_observer(self.console)

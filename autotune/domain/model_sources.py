@@ -15,7 +15,7 @@ from pathlib import Path
 
 from autotune.domain.model_config import read_model_config
 from autotune.domain.specs import Model
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, SettingError
 
 VENDORED = Path(__file__).resolve().parents[1] / "data" / "model_configs"
 SUFFIX = "_config.json"
@@ -82,9 +82,10 @@ def resolve(name: str) -> Model:
                           "Hugging Face id, a model directory or a config.json path")
     hit = bundled(name)
     if hit is None:
-        raise ConfigError(f"unknown model {name!r}: not a catalogue name, nor a Hugging Face id "
-                          "with a bundled config.json (`autotune models list` shows them), nor a "
-                          "model directory or config.json path; pass --model path/to/config.json")
+        raise SettingError("unknown model {name!r}: not a catalogue name, nor a Hugging Face id "
+                           "with a bundled config.json (`autotune models list` shows them), nor "
+                           "a model directory or config.json path; pass {model} "
+                           "path/to/config.json", name=name)
     hf_id, config = hit
     quant = config.with_name(config.name.removesuffix(SUFFIX) + QUANT_SUFFIX)
     return read_model_config(config, name=hf_id.split("/")[-1], hf_id=hf_id,

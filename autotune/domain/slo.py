@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, SettingError
 
 DEFAULT_SLO = "ttft_p99<=2s,tpot_p99<=50ms"  # a campaign's, where none is given
 
@@ -16,7 +16,7 @@ _TERM = re.compile(
     r"^\s*(?P<metric>[a-z0-9]+)_(?P<pct>p[0-9.]+)\s*<=\s*(?P<value>[0-9]+(?:\.[0-9]+)?)\s*"
     r"(?P<unit>ms|s)\s*$"
 )
-_EXAMPLE = 'e.g. --slo "ttft_p99<=2s,tpot_p99<=100ms"'
+_EXAMPLE = 'e.g. {slo} "ttft_p99<=2s,tpot_p99<=100ms"'  # a SettingError's template
 
 
 @dataclass(frozen=True)
@@ -57,15 +57,14 @@ def _key_to_term(key: str) -> str:
 def parse_slo(text: str) -> SLO:
     """Parse a comma-separated list of `<metric>_<percentile><=<value><unit>` ceilings."""
     if not text or not text.strip():
-        raise ConfigError(f"the SLO is empty; give at least one ceiling, {_EXAMPLE}")
+        raise SettingError("the SLO is empty; give at least one ceiling, " + _EXAMPLE)
     ceilings: list[Ceiling] = []
     for term in text.split(","):
         m = _TERM.match(term)
         if not m:
-            raise ConfigError(
-                f"cannot read SLO term {term.strip()!r}: expected <metric>_<percentile><=<value>"
-                f"<ms|s>, {_EXAMPLE}"
-            )
+            raise SettingError(
+                "cannot read SLO term {term!r}: expected <metric>_<percentile><=<value><ms|s>, "
+                + _EXAMPLE, term=term.strip())
         metric, pct = m["metric"], m["pct"]
         if metric not in METRICS:
             raise ConfigError(

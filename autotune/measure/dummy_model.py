@@ -16,7 +16,7 @@ from typing import Any
 
 from autotune.domain.catalogue import MODELS
 from autotune.domain.model_sources import bundled, looks_like_path, quant_config_path
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, SettingError
 from autotune.measure.tiny_model import (
     BOS_TOKEN,
     EOS_TOKEN,
@@ -46,9 +46,10 @@ def config_path(name: str) -> Path:
     if hit is None and entry is not None and entry.hf_id:
         hit = bundled(entry.hf_id)
     if hit is None:
-        raise ConfigError(f"model {name!r}: no config.json for it here (not a model directory, "
-                          "a config file, nor a Hugging Face id or catalogue name with a bundled "
-                          "config: `autotune models list`); pass --config path/to/config.json")
+        raise SettingError("model {name!r}: no config.json for it here (not a model directory, "
+                           "a config file, nor a Hugging Face id or catalogue name with a "
+                           "bundled config: `autotune models list`); pass {config} "
+                           "path/to/config.json", name=name)
     return hit[1]
 
 def dummy_config(source: Path) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 from autotune.domain.deployment import DeploymentSpec
 from autotune.domain.engine_config import EngineConfig
 from autotune.domain.step_timings import steps_to_json
-from autotune.errors import ConfigError
+from autotune.errors import SettingError
 from autotune.measure.backends import EngineBackend
 from autotune.measure.bench_metrics import serve_metrics
 from autotune.traffic.load import ClosedLoop
@@ -34,13 +34,14 @@ def parse_concurrencies(text: str) -> list[int]:
         try:
             value = int(part.strip())
         except ValueError:
-            raise ConfigError(f"--max-concurrency {text!r}: expected comma-separated client "
-                              "counts, e.g. 1,4,16,64") from None
+            raise SettingError("{max_concurrency} {text!r}: expected comma-separated client "
+                               "counts, e.g. 1,4,16,64", text=text) from None
         if value < 1:
-            raise ConfigError(f"--max-concurrency {text!r}: {value} clients; each value needs "
-                              "at least 1")
+            raise SettingError("{max_concurrency} {text!r}: {value} clients; each value needs "
+                               "at least 1", text=text, value=value)
         if value in values:
-            raise ConfigError(f"--max-concurrency {text!r}: {value} is given twice")
+            raise SettingError("{max_concurrency} {text!r}: {value} is given twice", text=text,
+                               value=value)
         values.append(value)
     return values
 
@@ -59,10 +60,10 @@ class SweepLoad:
 
     def __post_init__(self) -> None:
         if self.num_prompts is not None and self.prompts_per_client is not None:
-            raise ConfigError("give --num-prompts or --prompts-per-client, not both")
+            raise SettingError("give {num_prompts} or {prompts_per_client}, not both")
         if self.prompts_per_client is not None and self.prompts_per_client < 1:
-            raise ConfigError(f"--prompts-per-client {self.prompts_per_client}: must be at "
-                              "least 1")
+            raise SettingError("{prompts_per_client} {value}: must be at least 1",
+                               value=self.prompts_per_client)
 
     def loop(self, concurrency: int) -> ClosedLoop:
         n = (self.prompts_per_client * concurrency if self.prompts_per_client is not None

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autotune.domain.deployment import DeploymentSpec
-from autotune.errors import AutotuneError, ConfigError
+from autotune.errors import AutotuneError, SettingError
 from autotune.search.baselines import pinned_values
 from autotune.search.space import load_search_space
 from autotune.search_spaces import SearchSpace
@@ -89,7 +89,8 @@ def check_allowed(space: SearchSpace, deployment: DeploymentSpec,
     for what, config in configs.items():
         found = changes(config, space, pinned)
         if found:
-            raise ConfigError(
-                f"deployment {deployment.name!r} forbids accuracy-affecting values, but the "
-                f"{what} runs {'; '.join(c.text() for c in found)}; leave it out or tune "
-                "another deployment that allows them (--allow-accuracy-affecting)")
+            raise SettingError(
+                "deployment {name!r} forbids accuracy-affecting values, but the {what} runs "
+                "{changes}; leave it out or tune another deployment that allows them "
+                "({allow_accuracy_affecting})", name=deployment.name, what=what,
+                changes="; ".join(c.text() for c in found))

@@ -15,7 +15,7 @@ import yaml
 from autotune.domain import catalogue
 from autotune.domain.deployment import DeploymentSpec
 from autotune.domain.engine_config import REMOVED_ARGS, EngineConfig, check_known_arg
-from autotune.errors import ConfigError, EngineStartError
+from autotune.errors import ConfigError, EngineStartError, SettingError
 from autotune.measure.backends import load_backend
 from autotune.search import accuracy
 from autotune.search.baselines import pinned_values, resolved
@@ -100,11 +100,13 @@ def read_config_file(path: Path) -> tuple[dict[str, Any], list[str]]:
     try:
         data = yaml.safe_load(path.read_text())
     except FileNotFoundError:
-        raise ConfigError(f"--yaml {path}: no such file") from None
+        raise SettingError("{config_file} {path}: no such file", path=path) from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"--yaml {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        raise SettingError("{config_file} {path}: not valid YAML ({why})", path=path,
+                           why=str(exc).splitlines()[0]) from None
     if not isinstance(data, dict):
-        raise ConfigError(f"--yaml {path}: expected a mapping of engine arguments")
+        raise SettingError("{config_file} {path}: expected a mapping of engine arguments",
+                           path=path)
     values: dict[str, Any] = {}
     unknown: list[str] = []
     for key, value in data.items():

@@ -12,7 +12,7 @@ from autotune.domain import parallelism
 from autotune.domain.deployment import RULE_CONTEXT_NAMES, DeploymentSpec
 from autotune.domain.engine_config import EngineConfig
 from autotune.domain.parallelism import Strategy
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, SettingError
 from autotune.search.baselines import deployment_args, effective_values, vllm_defaults
 from autotune.search_spaces import Rule, SearchSpace, load_rules_file
 
@@ -110,9 +110,11 @@ def check_deployment(space: SearchSpace, dep: DeploymentSpec) -> None:
             f"no parallel layout of {dep.gpu_count} GPUs can serve {where}: "
             + " | ".join(f"{name}: {_why(v)}" for name, v in check.refused.items())
             + "; choose another GPU count")
-    options = ", ".join(f"{s.name} (--tp {s.tensor_parallel_size})" for s in check.allowed)
-    raise ConfigError(f"{where}: the layout {own.name} is refused ({_why(check.refused[own.name])}); "
-                      f"the rules allow {options}")
+    # Layout names and sizes are autotune's own (TP, TEP, DEP; integers): no braces in them.
+    options = ", ".join(f"{s.name} ({{tensor_parallel_size}} {s.tensor_parallel_size})"
+                        for s in check.allowed)
+    raise SettingError("{where}: the layout {own} is refused ({why}); the rules allow " + options,
+                       where=where, own=own.name, why=_why(check.refused[own.name]))
 
 
 # Fact values that need no rule of their own (plain bf16 weights run everywhere).

@@ -59,7 +59,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.domain import optuna_keys as keys
 from autotune.domain.parallelism import PARAM as PARALLELISM
 from autotune.domain.parallelism import Strategy
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, SettingError
 from autotune.search.objective import is_feasible
 from autotune.search_spaces import SearchSpace
 
@@ -541,8 +541,9 @@ def grid_space(space: SearchSpace) -> SearchSpace:
     """The `grid` sampler's space: the search space reduced to GRID_PARAMS."""
     missing = [n for n in GRID_PARAMS if n not in space.param_names]
     if missing:
-        raise ConfigError(f"--sampler grid searches {' x '.join(GRID_PARAMS)}; search space "
-                          f"{space.name!r} lacks {', '.join(missing)}")
+        raise SettingError("{sampler} grid searches {params}; search space {space!r} lacks "
+                           "{missing}", params=" x ".join(GRID_PARAMS), space=space.name,
+                           missing=", ".join(missing))
     return space.restricted(GRID_PARAMS)
 
 
@@ -561,9 +562,10 @@ def make_sampler(name: str, space: SearchSpace, *, seed: int, parallel: int = 1)
         # Both are imported lazily by Optuna, only once the GP models something: check now.
         missing = [m for m in ("torch", "scipy") if importlib.util.find_spec(m) is None]
         if missing:
-            raise ConfigError(f"--sampler gp needs {' and '.join(missing)} (Optuna's GPSampler "
-                              "runs on them): pip install 'autotune[gp]' (torch==2.13.0, a CPU "
-                              "wheel, and scipy), or choose --sampler tpe")
+            raise SettingError("{sampler} gp needs {missing} (Optuna's GPSampler runs on "
+                               "them): pip install 'autotune[gp]' (torch==2.13.0, a CPU wheel, "
+                               "and scipy), or choose {sampler} tpe",
+                               missing=" and ".join(missing))
         gp = optuna.samplers.GPSampler(seed=seed, n_startup_trials=STARTUP_TRIALS)
         return SamplerPlan(name, RoundToStep(LineSweep(DistinctProposals(gp, space, seed=seed),
                                                        space, seed=seed)), space)

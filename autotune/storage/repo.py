@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from autotune.domain import catalogue
 from autotune.domain.deployment import DeploymentSpec
 from autotune.domain.trial_record import TrialRecord
-from autotune.errors import ConfigError, NotFoundError
+from autotune.errors import ConfigError, NotFoundError, SettingError
 from autotune.storage.models import (
     Campaign,
     Confirmation,
@@ -60,8 +60,9 @@ def ensure_deployment(session: Session, spec: DeploymentSpec) -> Deployment:
     diffs = [f"{f} {getattr(stored, f)!r} (asked {getattr(spec, f)!r})" for f in _SPEC_FIELDS
              if getattr(stored, f) != getattr(spec, f)]
     if diffs:
-        raise ConfigError(f"deployment {spec.name!r} already exists with {', '.join(diffs)}; "
-                          "use its stored settings or another --deployment name")
+        raise SettingError("deployment {name!r} already exists with {diffs}; use its stored "
+                           "settings or another {deployment} name", name=spec.name,
+                           diffs=", ".join(diffs))
     return dep
 
 
@@ -76,8 +77,8 @@ def find_campaign(session: Session, name: str, deployment: str | None = None) ->
                             "`autotune campaigns`")
     if len(found) > 1:
         names = ", ".join(sorted(c.deployment.name for c in found))
-        raise ConfigError(f"campaign {name!r} exists for several deployments ({names}); "
-                          "add --deployment")
+        raise SettingError("campaign {name!r} exists for several deployments ({names}); "
+                           "add {deployment}", name=name, names=names)
     return found[0]
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.errors import ConfigError
+from autotune.errors import SettingError, placeholder
 from autotune.traffic.trace import Trace
 
 # vllm bench serve's --num-prompts default (vllm/benchmarks/datasets/datasets.py::
@@ -29,7 +29,7 @@ class OpenLoop:
 
     def __post_init__(self) -> None:
         if not self.rate_scale > 0:
-            raise ConfigError(f"--rate-scale {self.rate_scale:g}: must be positive")
+            raise SettingError("{rate_scale} {value:g}: must be positive", value=self.rate_scale)
 
     def describe(self) -> dict[str, object]:
         return {"mode": "open_loop", "rate_scale": self.rate_scale}
@@ -47,15 +47,17 @@ class ClosedLoop:
 
     def __post_init__(self) -> None:
         if self.max_concurrency < 1:
-            raise ConfigError(f"--max-concurrency {self.max_concurrency}: needs at least 1 client")
+            raise SettingError("{max_concurrency} {value}: needs at least 1 client",
+                               value=self.max_concurrency)
         if self.num_prompts is not None and self.num_prompts < 1:
-            raise ConfigError(f"--num-prompts {self.num_prompts}: must be at least 1")
+            raise SettingError("{num_prompts} {value}: must be at least 1", value=self.num_prompts)
         if (self.input_len is None) != (self.output_len is None):
-            raise ConfigError("--input-len and --output-len go together: give both, or neither "
-                              "and --trace for the trace's lengths")
-        for flag, value in (("--input-len", self.input_len), ("--output-len", self.output_len)):
+            raise SettingError("{input_len} and {output_len} go together: give both, or neither "
+                               "and {trace} for the trace's lengths")
+        for setting, value in (("input_len", self.input_len), ("output_len", self.output_len)):
             if value is not None and value < 1:
-                raise ConfigError(f"{flag} {value}: must be at least 1 token")
+                raise SettingError(placeholder(setting) + " {value}: must be at least 1 token",
+                                   value=value)
 
     @property
     def fixed_lengths(self) -> bool:
@@ -65,23 +67,24 @@ class ClosedLoop:
         """The requests in the order the clients send them (arrival times unused)."""
         if self.fixed_lengths:
             if trace is not None:
-                raise ConfigError("give --trace or --input-len/--output-len, not both")
+                raise SettingError("give {trace} or {input_len}/{output_len}, not both")
             assert self.input_len is not None and self.output_len is not None
             if self.input_len + self.output_len > max_model_len:
-                raise ConfigError(f"--input-len {self.input_len} + --output-len "
-                                  f"{self.output_len} exceed max_model_len {max_model_len}: the "
-                                  "engine would refuse every request; shorten them or raise "
-                                  "--max-model-len")
+                raise SettingError("{input_len} {inputs} + {output_len} {outputs} exceed "
+                                   "max_model_len {limit}: the engine would refuse every "
+                                   "request; shorten them or raise {max_model_len}",
+                                   inputs=self.input_len, outputs=self.output_len,
+                                   limit=max_model_len)
             n = self.num_prompts or DEFAULT_NUM_PROMPTS
             return Trace.from_columns(
                 f"fixed-{self.input_len}in-{self.output_len}out", arrival_s=np.zeros(n),
                 prompt_tokens=np.full(n, self.input_len), output_tokens=np.full(n, self.output_len))
         if trace is None:
-            raise ConfigError("a closed loop needs lengths: --trace FILE, or --input-len N and "
-                              "--output-len M")
+            raise SettingError("a closed loop needs lengths: {trace} FILE, or {input_len} N and "
+                               "{output_len} M")
         if self.num_prompts is not None and self.num_prompts > len(trace):
-            raise ConfigError(f"--num-prompts {self.num_prompts}: the trace has only "
-                              f"{len(trace)} requests")
+            raise SettingError("{num_prompts} {value}: the trace has only {n} requests",
+                               value=self.num_prompts, n=len(trace))
         return trace.slice(0, self.num_prompts) if self.num_prompts else trace
 
     def describe(self) -> dict[str, object]:

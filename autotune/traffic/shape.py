@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, SettingError
 from autotune.traffic.columns import parse_iso_s
 from autotune.traffic.trace import Trace
 
@@ -43,17 +43,18 @@ class ShapeSpec:
 
     def check(self) -> None:
         if self.last_days is not None and (self.start_s is not None or self.end_s is not None):
-            raise ConfigError("give either --start/--end or --last-days, not both")
+            raise SettingError("give either {start_s}/{end_s} or {last_days}, not both")
         if self.last_days is not None and self.last_days <= 0:
-            raise ConfigError("--last-days must be positive")
+            raise SettingError("{last_days} must be positive")
         if self.start_s is not None and self.end_s is not None and self.end_s <= self.start_s:
-            raise ConfigError("--end must be after --start")
+            raise SettingError("{end_s} must be after {start_s}")
         if self.sample_requests is not None and self.sample_requests < 1:
-            raise ConfigError("--sample must be at least 1")
+            raise SettingError("{sample_requests} must be at least 1")
         if not (self.rate_scale > 0 and math.isfinite(self.rate_scale)):
-            raise ConfigError("--rate-scale must be a positive number")
+            raise SettingError("{rate_scale} must be a positive number")
         if self.max_model_len is not None and self.max_model_len < 2:
-            raise ConfigError("--max-model-len must be at least 2 (one prompt and one output token)")
+            raise SettingError("{max_model_len} must be at least 2 (one prompt and one output "
+                               "token)")
 
 
 def time_offset_s(value: str, trace: Trace) -> float:

@@ -88,7 +88,8 @@ def test_a_layout_the_model_refuses_names_the_ones_it_allows() -> None:
 
     three = DEMO.model_copy(update={"gpu_count": 3, "tensor_parallel_size": 3})
     with pytest.raises(ConfigError, match=r"layout TP3 is refused \(tp_divides_attention_heads: "
-                                          r".*\(64\).*\(3\).*the rules allow DP3\+EP \(--tp 1\)"):
+                                          r".*\(64\).*\(3\).*the rules allow DP3\+EP "
+                                          r"\(tensor_parallel_size 1\)"):
         deployment_space("chat", three)
     # Chosen with --tp 1, the layout is DP3+EP: one layout, so nothing to search.
     space = deployment_space("chat", three.model_copy(update={"tensor_parallel_size": 1}))

@@ -81,7 +81,7 @@ def test_burstgpt_drops_failed_rows_sorts_and_filters_by_model(tmp_path: Path) -
     assert any("dropped 4 rows of other models" in n for n in gpt4.notes)
     with pytest.raises(TraceError, match="no rows of model 'Claude'.*ChatGPT, GPT-4"):
         import_file(path, model="Claude")
-    with pytest.raises(ConfigError, match="--model filters BurstGPT"):
+    with pytest.raises(ConfigError, match="^model filters BurstGPT"):
         import_file(public_trace("mooncake_synthetic.jsonl"), model="GPT-4")
 
 

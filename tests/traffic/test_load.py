@@ -27,7 +27,7 @@ def test_trace_lengths_keep_its_order_and_prefixes() -> None:
 
 @pytest.mark.parametrize("make, fragment", [
     (lambda: ClosedLoop(0, input_len=1, output_len=1), "at least 1 client"),
-    (lambda: ClosedLoop(2, num_prompts=0), "--num-prompts 0"),
+    (lambda: ClosedLoop(2, num_prompts=0), "num_prompts 0"),
     (lambda: ClosedLoop(2, output_len=5), "go together"),
     (lambda: ClosedLoop(2, input_len=2000, output_len=100).requests(None, 2048), "exceed"),
     (lambda: ClosedLoop(2).requests(None, 2048), "needs lengths"),

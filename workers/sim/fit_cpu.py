@@ -32,7 +32,7 @@ import scipy.optimize
 from autotune.domain.deployment import DeploymentSpec
 from autotune.domain.engine_config import EngineConfig
 from autotune.domain.step_timings import StepTime, steps_from_json
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, SettingError
 from autotune.measure.metrics import summarize
 from autotune.measure.sweep import RECORD_KIND, SweepLoad
 from autotune.workers.sim.engine import replay_closed_loop, start_perf
@@ -89,11 +89,11 @@ def _engine(record: dict[str, Any]) -> tuple[DeploymentSpec, EngineConfig]:
 def check_record(record: Any, where: str) -> list[StepTime]:
     """The record's decode steps; ConfigError where it is no real engine's sweep with any."""
     if not isinstance(record, dict) or record.get("kind") != RECORD_KIND:
-        raise ConfigError(f"{where}: not an `autotune bench sweep` record (no kind "
-                          f"{RECORD_KIND!r}); give the --out file of a sweep")
+        raise SettingError("{where}: not an `autotune bench sweep` record (no kind {kind!r}); "
+                           "give the {out} file of a sweep", where=where, kind=RECORD_KIND)
     if record.get("backend") == "sim":
-        raise ConfigError(f"{where}: a simulated sweep; fit to a real engine's (--backend vllm), "
-                          "whose token streams time its steps")
+        raise SettingError("{where}: a simulated sweep; fit to a real engine's ({backend} "
+                           "vllm), whose token streams time its steps", where=where)
     steps = [s for run in record.get("runs", []) for s in steps_from_json(run)
              if not s.prompt_tokens]
     if len({s.batch for s in steps}) < 2:
@@ -119,7 +119,7 @@ def start_model(record: dict[str, Any], profile: Profile, step_model: str,
             step_precision or model_precision(dep.model_info))
         table, label = chosen.table, chosen.label
     elif step_model != ROOFLINE:
-        raise ConfigError(f"--step-model {step_model!r}: expected roofline or measured")
+        raise SettingError("{step_model} {got!r}: expected roofline or measured", got=step_model)
     return start_perf(shape, dep, profile, table=table), label
 
 

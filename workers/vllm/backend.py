@@ -19,7 +19,7 @@ import numpy as np
 from autotune.domain.deployment import DeploymentSpec
 from autotune.domain.engine_config import EngineConfig
 from autotune.domain.records import ReplayResult
-from autotune.errors import ConfigError, ReplayError
+from autotune.errors import ReplayError, SettingError
 from autotune.measure.backends import EngineBackend
 from autotune.search.baselines import effective_values
 from autotune.traffic.prompts import prompt_token_ids
@@ -61,8 +61,8 @@ class VllmBackend(EngineBackend):
                  log_dir: str = "runs/engine-logs",
                  watermarks: dict[str, float] | None = None) -> None:
         if not model_path:
-            raise ConfigError("the vllm backend needs a model: pass --model-path (a local model "
-                              "directory or a model id the engine can load)")
+            raise SettingError("the vllm backend needs a model: pass {model_path} (a local "
+                               "model directory or a model id the engine can load)")
         self.model_path, self.served_model_name = model_path, served_model_name
         self.command = list(command or DEFAULT_COMMAND)
         self.extra_args = list(extra_args or [])

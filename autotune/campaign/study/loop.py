@@ -30,7 +30,7 @@ from autotune.domain import optuna_keys as keys
 from autotune.domain.engine_config import EngineConfig
 from autotune.domain.records import TrialOutcome, TrialSpec
 from autotune.domain.trial_record import TrialRecord
-from autotune.errors import ConfigError, InfrastructureError
+from autotune.errors import ConfigError, InfrastructureError, SettingError
 from autotune.measure import progress
 from autotune.measure.executors import Executor
 from autotune.search.baselines import BASELINES, deployment_args
@@ -172,8 +172,8 @@ class StudyController:
         claim = resume.claim_campaign(self.engine, r, self.lease_s)
         if claim.created and r.study_name in optuna.study.get_all_study_names(self.storage):
             claim.abandon()
-            raise ConfigError(f"an Optuna study named {r.study_name!r} already exists in this "
-                              "database; choose another --campaign name")
+            raise SettingError("an Optuna study named {study!r} already exists in this "
+                               "database; choose another {campaign} name", study=r.study_name)
         try:
             # Workers before the study: an unreachable cluster leaves a new campaign no trace.
             self.executor.open(r.parallel, r.deployment.tensor_parallel_size)

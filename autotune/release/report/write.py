@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from autotune.atomic import atomic_directory
-from autotune.errors import ConfigError
+from autotune.errors import SettingError
 from autotune.release.report import exports, html, plots
 from autotune.release.report.data import CampaignReport
 
@@ -21,10 +21,11 @@ def _check_target(out_dir: Path) -> None:
     if not out_dir.exists():
         return
     if not out_dir.is_dir():
-        raise ConfigError(f"--out {out_dir} is a file; give a directory for the report")
+        raise SettingError("{out_dir} {path} is a file; give a directory for the report",
+                           path=out_dir)
     if any(out_dir.iterdir()) and not (out_dir / INDEX).is_file():
-        raise ConfigError(f"--out {out_dir} is a non-empty directory that holds no report; "
-                          "give a new or empty directory")
+        raise SettingError("{out_dir} {path} is a non-empty directory that holds no report; "
+                           "give a new or empty directory", path=out_dir)
 
 
 def data_uri(png: Path) -> str:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune.errors import ConfigError, TraceError
+from autotune.errors import SettingError, TraceError
 from autotune.traffic import capture_format
 from autotune.traffic.columns import TimeUnit, empty_error
 from autotune.traffic.formats import readers
@@ -86,16 +86,17 @@ def import_file(path: Path, fmt: str = "auto", *, model: str | None = None,
         raise TraceError(f"trace file {path} does not exist; pass --trace with a trace file "
                          f"(the bundled demo trace is {DEMO_TRACE})")
     if fmt not in FORMATS:
-        raise ConfigError(f"--format {fmt!r} is unknown; use {', '.join(FORMATS)}")
+        raise SettingError("{format} {fmt!r} is unknown; use {formats}", fmt=fmt,
+                           formats=", ".join(FORMATS))
     if mapping is not None:
         if fmt != "auto":
-            raise ConfigError("--map reads any CSV or JSONL itself; leave --format at auto")
+            raise SettingError("{map} reads any CSV or JSONL itself; leave {format} at auto")
         trace, notes = read_mapped(path, mapping, time_unit)
         return Imported(trace, "mapped", tuple(notes))
     if fmt == "auto":
         fmt = detect_format(path)
     if model is not None and fmt != "burstgpt":
-        raise ConfigError(f"--model filters BurstGPT traces; this file is {fmt}")
+        raise SettingError("{model} filters BurstGPT traces; this file is {fmt}", fmt=fmt)
     if fmt == "parquet":
         from autotune.traffic.parquet_store import read_parquet
 

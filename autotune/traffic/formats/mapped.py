@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autotune.errors import ConfigError
+from autotune.errors import SettingError
 from autotune.traffic.columns import TIME_UNITS_S, RawTable, TimeUnit, build_trace
 from autotune.traffic.formats._walk import csv_rows, first_line, json_lines, missing_columns_error
 from autotune.traffic.trace import Trace, file_digest
@@ -33,22 +33,24 @@ def parse_mapping(spec: str) -> dict[str, str]:
         target, eq, source = part.partition("=")
         target, source = target.strip(), source.strip()
         if not eq or not source:
-            raise ConfigError(f"--map entry {part!r} is not target=source")
+            raise SettingError("{map} entry {part!r} is not target=source", part=part)
         if target not in TARGETS:
-            raise ConfigError(f"--map target {target!r} is unknown; use "
-                              f"{', '.join(sorted(set(TARGETS)))}")
+            raise SettingError("{map} target {target!r} is unknown; use {targets}", target=target,
+                               targets=", ".join(sorted(set(TARGETS))))
         mapping[TARGETS[target]] = source
     missing = [t for t in REQUIRED if t not in mapping]
     if missing:
-        raise ConfigError(f"--map needs {', '.join('arrival' if m == 'arrival_s' else m for m in missing)}"
-                          f" (e.g. --map arrival=ts,prompt_tokens=usage.prompt_tokens,"
-                          f"output_tokens=usage.completion_tokens)")
+        raise SettingError("{map} needs {missing} (e.g. {map} arrival=ts,"
+                           "prompt_tokens=usage.prompt_tokens,output_tokens=usage.completion_tokens)",
+                           missing=", ".join("arrival" if m == "arrival_s" else m
+                                             for m in missing))
     return mapping
 
 
 def check_time_unit(unit: str) -> TimeUnit:
     if unit not in (*TIME_UNITS_S, "iso"):
-        raise ConfigError(f"--time-unit {unit!r} is unknown; use s, ms, us, ns or iso")
+        raise SettingError("{time_unit} {unit!r} is unknown; use s, ms, us, ns or iso",
+                           unit=unit)
     return unit  # type: ignore[return-value]
 
 
