@@ -120,7 +120,8 @@ class Trial(Base):
     capacity_rate_scale: Mapped[float] = mapped_column(Float)
     latency: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # at capacity
     latency_recorded_rate: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
-    constraints: Mapped[dict[str, float]] = mapped_column(JSON)
+    # null where a value was not finite (JSON has no infinity)
+    constraints: Mapped[dict[str, float | None]] = mapped_column(JSON)
     replays: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
     failure_class: Mapped[str | None] = mapped_column(String(50), nullable=True)
     failure_message: Mapped[str | None] = mapped_column(Text, nullable=True)

@@ -6,6 +6,7 @@ import logging
 
 from autotune.campaign.study.request import CampaignRequest
 from autotune.domain.trial_record import TrialRecord
+from autotune.errors import SettingText
 from autotune.measure import progress
 
 
@@ -38,8 +39,8 @@ class LoggedOutput:
     def say(self, line: str) -> None:
         self.log.info("%s", line)
 
-    def warn(self, line: str) -> None:
-        self.log.warning("%s", line)
+    def warn(self, line: str | SettingText) -> None:
+        self.log.warning("%s", line)  # a SettingText names settings as the library does
 
     def progress(self) -> QuietProgress:
         return QuietProgress()
