@@ -25,21 +25,11 @@ from collections.abc import Callable
 from autotune.vocabulary import FailureClass
 
 
-class AutotuneError(Exception):
-    """Root of every error autotune raises on purpose."""
-
-    exit_code = 2  # the CLI's: bad input, nothing was done
-
-
-class ConfigError(AutotuneError):
-    pass
-
-
 class SettingText:
     """A line naming the settings it concerns as `{setting}` placeholders: str() names them as
     the library does (gpu_count), `render` as a front end does (the CLI's --gpus). Values go in
     as keywords, so braces in them are never read as placeholders. A warning a library hands its
-    front end is one; a SettingError holds one."""
+    front end is one; an error may carry one (AutotuneError's message)."""
 
     def __init__(self, template: str, **values: object) -> None:
         self.template, self.values = template, values
@@ -51,30 +41,8 @@ class SettingText:
         return self.render(lambda setting: setting)
 
 
-class SettingError(ConfigError):
-    """Bad input to a library call (a campaign, a traffic shape, a capture, ...), its message a
-    SettingText: str() names the settings as the library does (gpu_count), `render` as a front
-    end does (the CLI's --gpus)."""
-
-    def __init__(self, template: str, **values: object) -> None:
-        self.template, self.values = template, values
-        super().__init__(self.render(lambda setting: setting))
-
-    def render(self, name_of: Callable[[str], str]) -> str:
-        return SettingText(self.template, **self.values).render(name_of)
-
-    def __reduce__(self) -> tuple[object, ...]:
-        # Pickled (a worker process, Ray) as template and values, not as the rendered line.
-        return _setting_error, (type(self), self.template, self.values)
-
-
-def _setting_error(cls: type[SettingError], template: str,
-                   values: dict[str, object]) -> SettingError:
-    return cls(template, **values)
-
-
 def placeholder(setting: str) -> str:
-    """A SettingError's placeholder of a setting chosen at run time."""
+    """A SettingText's placeholder of a setting chosen at run time."""
     return "{" + setting + "}"
 
 
@@ -87,6 +55,48 @@ class _Names(dict[str, object]):
 
     def __missing__(self, key: str) -> str:
         return self.name_of(key)
+
+
+class AutotuneError(Exception):
+    """Root of every error autotune raises on purpose. Its message is a string, or a SettingText
+    where it names settings (then `render` names them as a front end does)."""
+
+    exit_code = 2  # the CLI's: bad input, nothing was done
+
+    def __init__(self, message: object = "", *args: object) -> None:
+        self.setting_text = message if isinstance(message, SettingText) else None
+        super().__init__(str(message), *args)
+
+    def render(self, name_of: Callable[[str], str]) -> str:
+        return self.setting_text.render(name_of) if self.setting_text else str(self)
+
+    def __reduce__(self) -> str | tuple[object, ...]:
+        if self.setting_text is None:
+            return super().__reduce__()
+        # Pickled (a worker process, Ray) as the text's template and values, not as the
+        # rendered line, so that the front end still names the settings its own way.
+        return _with_setting_text, (type(self), self.setting_text.template,
+                                    self.setting_text.values)
+
+
+def _with_setting_text(cls: type[AutotuneError], template: str,
+                       values: dict[str, object]) -> AutotuneError:
+    if issubclass(cls, SettingError):
+        return cls(template, **values)
+    return cls(SettingText(template, **values))
+
+
+class ConfigError(AutotuneError):
+    pass
+
+
+class SettingError(ConfigError):
+    """Bad input to a library call (a campaign, a traffic shape, a capture, ...), its message a
+    SettingText built from `template` and `values`."""
+
+    def __init__(self, template: str, **values: object) -> None:
+        self.template, self.values = template, values
+        super().__init__(SettingText(template, **values))
 
 
 class CampaignBusyError(ConfigError):

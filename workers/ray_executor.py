@@ -25,7 +25,7 @@ import socket
 from typing import Any
 
 from autotune.domain.records import TrialOutcome, TrialSpec
-from autotune.errors import ConfigError, InfrastructureError, SettingError
+from autotune.errors import ConfigError, InfrastructureError, SettingError, SettingText
 from autotune.measure import progress
 from autotune.measure.executors import Executor, execute_trial
 from autotune.vocabulary import FailureClass
@@ -107,9 +107,10 @@ def _probe(address: str) -> None:
     try:
         socket.create_connection((host, int(port)), timeout=5).close()
     except OSError as exc:
-        raise InfrastructureError(f"cannot reach the Ray cluster at {address} "
-                                  f"({exc.strerror or exc}); check --ray-address / "
-                                  "AUTOTUNE_RAY_ADDRESS and that the head is up") from None
+        raise InfrastructureError(SettingText(
+            "cannot reach the Ray cluster at {address} ({why}); check {ray_address} / "
+            "AUTOTUNE_RAY_ADDRESS and that the head is up", address=address,
+            why=exc.strerror or exc)) from None
 
 
 class RayExecutor(Executor):
@@ -149,9 +150,10 @@ class RayExecutor(Executor):
                 _restore(self._env_before)
                 self._env_before = None
                 where = self.address or "a local Ray"
-                raise InfrastructureError(f"cannot start or join Ray ({where}): "
-                                          f"{str(exc).strip().splitlines()[0]}; check "
-                                          "--ray-address / AUTOTUNE_RAY_ADDRESS") from None
+                raise InfrastructureError(SettingText(
+                    "cannot start or join Ray ({where}): {why}; check {ray_address} / "
+                    "AUTOTUNE_RAY_ADDRESS", where=where,
+                    why=str(exc).strip().splitlines()[0])) from None
             self._started_ray = True
         self._inbox = DriverInbox()
         gpus = int(ray.cluster_resources().get("GPU", 0))

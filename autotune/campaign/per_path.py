@@ -46,7 +46,7 @@ from autotune.campaign.study import CampaignRequest, Reference
 from autotune.domain import optuna_keys as keys
 from autotune.domain.deployment import DeploymentSpec
 from autotune.domain.slo import SLO
-from autotune.errors import ConfigError, NotFoundError, SettingError
+from autotune.errors import ConfigError, NotFoundError, SettingError, SettingText
 from autotune.release.publish import publish_campaign
 from autotune.search import accuracy
 from autotune.search.space import space_name_for
@@ -197,8 +197,10 @@ def publish_paths(session: Session, campaign_name: str, *, deployment: str | Non
     parent = repo.find_campaign(session, campaign_name, deployment)
     paths = path_campaigns(session, parent)
     if not paths:
-        raise NotFoundError(f"campaign {parent.name!r} of deployment {parent.deployment.name!r} "
-                            "has no per-path campaigns; tune it with --per-path")
+        raise NotFoundError(SettingText("campaign {campaign!r} of deployment {deployment!r} has "
+                                        "no per-path campaigns; tune it with {per_path}",
+                                        campaign=parent.name,
+                                        deployment=parent.deployment.name))
     for path, c in paths.items():
         if c.status != "completed":
             raise ConfigError(f"path {path} (deployment {c.deployment.name!r}) of campaign "

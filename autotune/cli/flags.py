@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from autotune.errors import SettingError, SettingText
+from autotune.errors import AutotuneError, SettingText
 
 FLAGS = {
     "gpu_count": "--gpus",
     "tensor_parallel_size": "--tp",
     "traffic_profile": "--traffic",
     "engine_args": "--engine-arg",  # repeatable: one argument a flag
+    "trial_number": "--trial",
     "out_dir": "--out",  # capture, report
     "config_file": "--yaml",  # check-config: a `vllm serve --config` file
     "start_s": "--start",  # traffic shape
@@ -29,7 +30,7 @@ def flag_of(setting: str, overrides: Mapping[str, str] | None = None) -> str:
     return found or "--" + setting.replace("_", "-")
 
 
-def flag_message(exc: SettingError | SettingText,
+def flag_message(exc: AutotuneError | SettingText,
                  overrides: Mapping[str, str] | None = None) -> str:
     """The error's (or warning's) line as the command line says it: its settings named by their
     flags."""

@@ -487,11 +487,9 @@ def _main(args: list[str]) -> int:
     try:
         result = command.main(args=args, prog_name="autotune", standalone_mode=False)
         return result if isinstance(result, int) else 0
-    except SettingError as exc:  # a library's setting, named by its flag
-        output.error(flag_message(exc), exc.exit_code, ConfigError.__name__)
-        return exc.exit_code
-    except AutotuneError as exc:
-        output.error(str(exc), exc.exit_code, type(exc).__name__)
+    except AutotuneError as exc:  # a library's settings named by their flags
+        kind = ConfigError if isinstance(exc, SettingError) else type(exc)
+        output.error(flag_message(exc), exc.exit_code, kind.__name__)
         return exc.exit_code
     except typer.Exit as exc:
         return int(exc.exit_code)

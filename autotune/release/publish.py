@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from autotune.domain import catalogue
 from autotune.domain.engine_config import EngineConfig
-from autotune.errors import ConfigError, NotFoundError
+from autotune.errors import ConfigError, NotFoundError, SettingText
 from autotune.search.accuracy import campaign_changes
 from autotune.search.rules import engine_refusals
 from autotune.storage import repo
@@ -43,9 +43,10 @@ def publish_campaign(session: Session, campaign_name: str, *, deployment: str | 
     if trial_number is None:
         winner = repo.choose_winner(campaign)
         if winner.basis == repo.NONE_CONFIRMED:
-            raise NotFoundError(f"campaign {campaign.name!r} confirmed no config: none kept a "
-                                "lower confidence bound above 0 over its re-runs; publish a "
-                                "given --trial or tune again")
+            raise NotFoundError(SettingText(
+                "campaign {campaign!r} confirmed no config: none kept a lower confidence bound "
+                "above 0 over its re-runs; publish a given {trial_number} or tune again",
+                campaign=campaign.name))
         if winner.trial is None:
             raise NotFoundError(f"campaign {campaign.name!r} has no feasible trial to publish; "
                                 "loosen the SLO or widen the search space and tune again")

@@ -11,7 +11,7 @@ from autotune.domain import parallelism
 from autotune.domain.deployment import RULE_CONTEXT_NAMES, DeploymentSpec
 from autotune.domain.engine_config import REMOVED_ARGS, EngineConfig
 from autotune.domain.parallelism import Strategy
-from autotune.errors import SearchSpaceError
+from autotune.errors import SearchSpaceError, SettingText
 from autotune.search.baselines import BASELINES, effective_values
 from autotune.search.rules import check_deployment, rules_lacking, strategies
 from autotune.search_spaces import (
@@ -191,9 +191,9 @@ def check_searchable(space: SearchSpace, backend: str) -> None:
              if p.name in SIM_UNMODELLED and _may_be_active(space, p)]
     if found:
         raise SearchSpaceError(
-            f"search space {space.name!r} searches {', '.join(found)}, which the simulator "
-            "does not model; search it on real engines (--backend vllm), or choose a space "
-            "without it")
+            SettingText("search space {space!r} searches {found}, which the simulator does not "
+                        "model; search it on real engines ({backend} vllm), or choose a space "
+                        "without it", space=space.name, found=", ".join(found)))
 
 
 def _may_be_active(space: SearchSpace, param: Param) -> bool:

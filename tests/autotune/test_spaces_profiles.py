@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.cli.flags import flag_message
 from autotune.domain.deployment import DEMO, DeploymentSpec
 from autotune.domain.engine_config import EngineConfig
 from autotune.errors import SearchSpaceError
@@ -122,8 +123,9 @@ def test_a_speculative_config_maps_to_its_choice_and_back() -> None:
 
 def test_a_space_the_simulator_cannot_run_is_refused_for_it() -> None:
     space = deployment_space("chat-speculative", DEMO)
-    with pytest.raises(SearchSpaceError, match="simulator does not model.*--backend vllm"):
+    with pytest.raises(SearchSpaceError, match="simulator does not model.*engines .backend vllm") as info:
         check_searchable(space, "sim")
+    assert "(--backend vllm)" in flag_message(info.value)
     check_searchable(space, "vllm")
     # Where the deployment switches drafting off, the space is plain chat: fine to simulate.
     check_searchable(deployment_space("chat-speculative", CPU), "sim")

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from autotune.cli.flags import flag_message
 from autotune.errors import ConfigError, TraceError
 from autotune.traffic.capture_format import CaptureRecord
 from autotune.traffic.formats import detect_format, import_file
@@ -156,5 +157,7 @@ def test_mapping_errors_say_what_to_write() -> None:
 def test_unknown_csv_is_refused_with_the_map_hint(tmp_path: Path) -> None:
     path = tmp_path / "x.csv"
     path.write_text("a,b,c\n1,2,3\n")
-    with pytest.raises(TraceError, match="no importer recognises; import it with --map"):
+    with pytest.raises(TraceError, match="no importer recognises; import it with map ") as info:
         import_file(path)
+    # The library names its setting; the CLI renders it as the flag.
+    assert "import it with --map " in flag_message(info.value)

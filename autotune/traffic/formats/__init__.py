@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune.errors import SettingError, TraceError
+from autotune.errors import SettingError, SettingText, TraceError
 from autotune.traffic import capture_format
 from autotune.traffic.columns import TimeUnit, empty_error
 from autotune.traffic.formats import readers
@@ -73,9 +73,10 @@ def detect_format(path: Path) -> str:
     if all(c in header for c in ("Timestamp", "Request tokens", "Response tokens")):
         return "burstgpt"
     if len(header) > 1:
-        raise TraceError(f"{path}: row 1, column '*': a CSV header ({', '.join(header)[:200]}) "
-                         "that no importer recognises; import it with --map "
-                         "arrival=COLUMN,prompt_tokens=COLUMN,output_tokens=COLUMN")
+        raise TraceError(SettingText(
+            "{path}: row 1, column '*': a CSV header ({header}) that no importer recognises; "
+            "import it with {map} arrival=COLUMN,prompt_tokens=COLUMN,output_tokens=COLUMN",
+            path=path, header=", ".join(header)[:200]))
     return "jsonl"
 
 
@@ -83,8 +84,9 @@ def import_file(path: Path, fmt: str = "auto", *, model: str | None = None,
                 mapping: dict[str, str] | None = None, time_unit: TimeUnit = "s") -> Imported:
     """Read and check a trace file in the given format (auto: recognised by content)."""
     if not path.is_file():
-        raise TraceError(f"trace file {path} does not exist; pass --trace with a trace file "
-                         f"(the bundled demo trace is {DEMO_TRACE})")
+        raise TraceError(SettingText("trace file {path} does not exist; pass {trace} with a trace "
+                                     "file (the bundled demo trace is {demo})", path=path,
+                                     demo=DEMO_TRACE))
     if fmt not in FORMATS:
         raise SettingError("{format} {fmt!r} is unknown; use {formats}", fmt=fmt,
                            formats=", ".join(FORMATS))

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from autotune.errors import TraceError
+from autotune.errors import SettingText, TraceError
 from autotune.traffic.columns import row_error
 
 csv.field_size_limit(1 << 24)  # prompt text in a CSV cell can be long
@@ -90,5 +90,6 @@ def first_line(path: Path) -> str:
 
 def missing_columns_error(path: Path, header: list[str], wanted: list[str]) -> TraceError:
     missing = [w for w in wanted if w not in header]
-    return TraceError(f"{path}: row 1, column {missing[0]!r}: missing from the header "
-                      f"({', '.join(header) or 'empty'}); check the file or the --map option")
+    return TraceError(SettingText("{path}: row 1, column {column!r}: missing from the header "
+                                  "({header}); check the file or the {map} option", path=path,
+                                  column=missing[0], header=", ".join(header) or "empty"))
