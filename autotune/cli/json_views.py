@@ -13,117 +13,76 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
-
 from autotune.domain.engine_config import EngineConfig
-from autotune.release import gains
 from autotune.release.publish import utc
-from autotune.search import accuracy
-from autotune.search.baselines import BASELINES
+from autotune.release.result import CampaignResult, ConfigResult, Confirmed, WinnerGain
 from autotune.storage import repo
-from autotune.storage.models import Campaign, Confirmation, Publication, Trial
-from autotune.vocabulary import RecordState
+from autotune.storage.models import Campaign, Publication
 
 
 def _time(value: datetime | None) -> str | None:
     return utc(value).isoformat() if value is not None else None
 
 
-def _confirmation(campaign: Campaign, trial: Trial) -> Confirmation | None:
-    """A baseline equal to a finalist shares its runs: found by config (repo.confirmation_of)."""
-    return repo.confirmation_of(campaign, dict(trial.engine_config))
+def _capacity(c: ConfigResult) -> dict[str, float | None]:
+    return {"search": c.search_output_tok_s, "confirmed_mean": c.confirmed_mean_output_tok_s,
+            "confirmed_lcb": c.confirmed_lcb_output_tok_s}
 
 
-def _capacity(trial: Trial, conf: Confirmation | None) -> dict[str, float | None]:
-    return {"search": trial.capacity_output_tok_s if trial.feasible else None,
-            "confirmed_mean": conf.mean_output_tok_s if conf is not None else None,
-            "confirmed_lcb": conf.lcb_output_tok_s if conf is not None else None}
+def _gain_pct(g: WinnerGain | None) -> dict[str, float | None] | None:
+    if g is None:
+        return None
+    return {"search": g.search_pct,
+            "confirmed_mean": g.confirmed.mean_pct if g.confirmed else None,
+            "confirmed_mean_ci": g.confirmed.mean_ci_pct if g.confirmed else None,
+            "confirmed_lcb": g.confirmed.lcb_pct if g.confirmed else None}
 
 
-def _gain_pct(winner: float | None, other: float | None) -> float | None:
-    return None if not winner or not other else 100.0 * (winner / other - 1.0)
+def _config(c: ConfigResult) -> dict[str, Any]:
+    return {"trial": c.trial_number, "role": c.role, "feasible": c.feasible,
+            "failure": c.failure_class, "config": dict(c.config),
+            "engine_args": list(c.engine_args), "latency": dict(c.latency),
+            "capacity_output_tok_s": _capacity(c)}
 
 
-def _gains(win_trial: Trial, win_conf: Confirmation | None, base_trial: Trial,
-           base_conf: Confirmation | None) -> dict[str, float | None]:
-    """The winner's gain over a baseline in percent: from the search's single measurements,
-    and from the confirmation runs (autotune.release.gains: on the mean, its 90% CI half-width, and
-    the winner's LCB over the baseline's mean) where both were confirmed."""
-    confirmed = (gains.gain(gains.Runs.of(win_conf), gains.Runs.of(base_conf))
-                 if win_conf is not None and base_conf is not None else None)
-    return {"search": _gain_pct(win_trial.capacity_output_tok_s if win_trial.feasible else None,
-                                base_trial.capacity_output_tok_s if base_trial.feasible
-                                else None),
-            "confirmed_mean": confirmed.mean_pct if confirmed else None,
-            "confirmed_mean_ci": confirmed.mean_ci_pct if confirmed else None,
-            "confirmed_lcb": confirmed.lcb_pct if confirmed else None}
-
-
-def _config(trial: Trial) -> dict[str, Any]:
-    return {"trial": trial.number, "role": trial.role, "feasible": trial.feasible,
-            "failure": trial.failure_class, "config": dict(trial.engine_config),
-            "engine_args": EngineConfig(**trial.engine_config).to_cli_args(),
-            "latency": dict(trial.latency or {})}
-
-
-def campaign_result(session: Session, campaign: Campaign, *,
-                    already_completed: bool = False) -> dict[str, Any]:
-    """A campaign's outcome: what `tune --json` prints, and `result` of `quarterly --json`."""
-    trials = repo.measured_trials(campaign)
-    measured = [t for t in trials if t.state != RecordState.REJECTED]
-    chosen = repo.choose_winner(campaign)
-    winner: dict[str, Any] | None = None
-    win_conf = _confirmation(campaign, chosen.trial) if chosen.trial is not None else None
-    if chosen.trial is not None:
-        winner = {**_config(chosen.trial),
-                  "capacity_output_tok_s": _capacity(chosen.trial, win_conf),
-                  "accuracy_affecting": [c.as_json() for c in accuracy.campaign_changes(
-                      campaign, chosen.trial.engine_config)]}
-    baselines = []
-    for role in BASELINES:
-        base = next((t for t in trials if t.role == role), None)
-        if base is None:
-            continue
-        conf = _confirmation(campaign, base)
-        baselines.append({
-            **_config(base), "capacity_output_tok_s": _capacity(base, conf),
-            "winner_gain_pct": (_gains(chosen.trial, win_conf, base, conf)
-                                if chosen.trial is not None else None)})
-    pub = session.scalars(select(Publication).where(Publication.campaign_id == campaign.id)
-                          .order_by(Publication.id.desc())).first()
-    budget = campaign.budget or {}
-    return {
-        "campaign": campaign.name,
-        "deployment": campaign.deployment.name,
-        "study": campaign.study_name,
-        "status": campaign.status,
-        "already_completed": already_completed,
-        "backend": campaign.backend,
-        "screen_backend": campaign.screen_backend,
-        "search_space": campaign.search_space,
-        "slo_ms": dict(campaign.slo),
-        "trace": campaign.trace_ref,
-        "trace_digest": campaign.trace_digest,
-        "trials": {"measured": len(measured), "rejected": len(trials) - len(measured),
-                   "screened": len(campaign.trials) - len(trials),
-                   "max_trials": campaign.max_trials},
-        "spent": {"gpu_hours": campaign.gpu_hours or 0.0, "wall_s": campaign.wall_s or 0.0,
-                  "stop_reason": campaign.stop_reason,
-                  "budget": {k: v for k, v in budget.items() if v is not None}},
-        "winner_basis": chosen.basis,
-        "winner": winner,
-        "baselines": baselines,
-        "confirmations": [{
-            "trial": c.trial.number, "role": c.role, "runs": c.n,
-            "search_output_tok_s": c.trial.capacity_output_tok_s,
+def _confirmation(c: Confirmed) -> dict[str, Any]:
+    return {"trial": c.trial_number, "role": c.role, "runs": c.n,
+            "search_output_tok_s": c.search_output_tok_s,
             "mean_output_tok_s": c.mean_output_tok_s, "std_output_tok_s": c.std_output_tok_s,
             "cv": c.cv, "lcb_output_tok_s": c.lcb_output_tok_s, "winner": c.winner}
-            for c in campaign.confirmations],
-        "decision": ({"outcome": campaign.decision, "note": campaign.decision_note}
-                     if campaign.decision else None),
-        "published": pub is not None,
-        "published_trial": pub.trial.number if pub is not None else None,
+
+
+def campaign_result(result: CampaignResult, *, already_completed: bool = False) -> dict[str, Any]:
+    """A campaign's outcome: what `tune --json` prints, and `result` of `quarterly --json`."""
+    winner = None if result.winner is None else {
+        **_config(result.winner),
+        "accuracy_affecting": [c.as_json() for c in result.winner_accuracy_affecting]}
+    spent = result.spent
+    return {
+        "campaign": result.campaign,
+        "deployment": result.deployment,
+        "study": result.study,
+        "status": result.status,
+        "already_completed": already_completed,
+        "backend": result.backend,
+        "screen_backend": result.screen_backend,
+        "search_space": result.search_space,
+        "slo_ms": dict(result.slo_ms),
+        "trace": result.trace,
+        "trace_digest": result.trace_digest,
+        "trials": {"measured": result.measured, "rejected": result.rejected,
+                   "screened": result.screened, "max_trials": result.max_trials},
+        "spent": {"gpu_hours": spent.gpu_hours, "wall_s": spent.wall_s,
+                  "stop_reason": spent.stop_reason, "budget": dict(spent.budget)},
+        "winner_basis": result.winner_basis,
+        "winner": winner,
+        "baselines": [{**_config(b.config), "winner_gain_pct": _gain_pct(b.winner_gain)}
+                      for b in result.baselines],
+        "confirmations": [_confirmation(c) for c in result.confirmations],
+        "decision": ({"outcome": result.decision, "note": result.decision_note}
+                     if result.decision else None),
+        "published": result.published_trial is not None,
+        "published_trial": result.published_trial,
     }
 
 

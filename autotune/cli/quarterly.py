@@ -5,7 +5,7 @@ from __future__ import annotations
 import getpass
 import logging
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -19,6 +19,9 @@ from autotune.errors import (
     SettingError,
     StorageError,
 )
+
+if TYPE_CHECKING:
+    from autotune.release.result import CampaignResult
 
 log = logging.getLogger("autotune.campaign.quarterly")
 
@@ -136,33 +139,35 @@ class QuarterlyOutput:
         return progress_observer(self.console)  # a scheduled job: log lines; by hand: live
 
     def decided(self, session: Any, decision: Any, campaign: Any, already_decided: bool) -> None:
+        from autotune.release.result import campaign_result
+
+        session.flush()  # the decision (and publication) in the campaign the result reads
+        result = campaign_result(session, campaign)
         if not already_decided:
-            _show_decision(self.console, decision, campaign)
-            session.flush()  # the decision (and publication) in the campaign the view reads
-        self.view = _view(session, decision, campaign, campaign.period or "",
+            _show_decision(self.console, decision, result, campaign.period)
+        self.view = _view(decision, result, campaign.period or "",
                           already_decided=already_decided)
 
 
-def _show_decision(console: Console, decision: Any, campaign: Any) -> None:
+def _show_decision(console: Console, decision: Any, result: CampaignResult, period: str | None) -> None:
     from autotune.cli.live import log_outside_terminal
     from autotune.cli.render import confirmation_table
     from autotune.cli.report import spent_line
 
-    console.print(spent_line(campaign), soft_wrap=True)
-    if campaign.confirmations:
-        console.print(confirmation_table(campaign.confirmations))
-    line = f"{campaign.deployment.name} {campaign.period}: {decision.outcome}: {decision.note}"
+    console.print(spent_line(result.spent), soft_wrap=True)
+    if result.confirmations:
+        console.print(confirmation_table(result.confirmations))
+    line = f"{result.deployment} {period}: {decision.outcome}: {decision.note}"
     console.print(line, soft_wrap=True)
     log_outside_terminal(console, line)
 
 
-def _view(session: Any, decision: Any, campaign: Any, period: str, *,
-          already_decided: bool) -> dict[str, Any]:
+def _view(decision: Any, result: CampaignResult, period: str, *, already_decided: bool) -> dict[str, Any]:
     """`quarterly --json`: the decision, and the campaign's result as `tune --json` has it."""
     from autotune.cli.json_views import campaign_result
 
-    return {"deployment": campaign.deployment.name, "period": period,
+    return {"deployment": result.deployment, "period": period,
             "campaign": decision.campaign, "outcome": decision.outcome, "note": decision.note,
             "exit_code": int(decision.exit_code), "already_decided": already_decided,
             "publication_id": decision.publication_id,
-            "result": campaign_result(session, campaign)}
+            "result": campaign_result(result)}

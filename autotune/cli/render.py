@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich.table import Table
@@ -9,6 +10,7 @@ from rich.table import Table
 from autotune.domain.parallelism import Strategy
 from autotune.domain.trial_record import TrialRecord
 from autotune.release import gains
+from autotune.release.result import Baseline, ConfigResult, Confirmed, WinnerGain
 from autotune.vocabulary import RecordState
 
 TUNED = ("max_num_seqs", "max_num_batched_tokens", "block_size", "enable_chunked_prefill",
@@ -85,8 +87,8 @@ def _min_width(columns: list[str], rows: list[list[str]]) -> int:
     return total
 
 
-def confirmation_table(rows: list[Any]) -> Table:
-    """Confirmation runs per config (autotune_confirmations rows): the noise and the bound."""
+def confirmation_table(rows: Sequence[Confirmed]) -> Table:
+    """Confirmation runs per config: the noise and the bound."""
     table = Table(title="Confirmation (re-runs with other arrival seeds; winner = best 90% "
                         "lower confidence bound)", title_justify="left")
     for col in ("#", "role", "runs", "search tok/s", "mean tok/s", "sd", "CV", "LCB tok/s", ""):
@@ -94,65 +96,73 @@ def confirmation_table(rows: list[Any]) -> Table:
         table.add_column(col, justify="left" if col in ("role", "") else "right",
                          overflow="fold")
     for r in rows:
-        table.add_row(str(r.trial.number), r.role, str(r.n),
-                      f"{r.trial.capacity_output_tok_s:,.0f}", f"{r.mean_output_tok_s:,.0f}",
+        table.add_row(str(r.trial_number), r.role, str(r.n),
+                      f"{r.search_output_tok_s:,.0f}", f"{r.mean_output_tok_s:,.0f}",
                       f"{r.std_output_tok_s:,.0f}", "-" if r.cv is None else f"{r.cv:.1%}",
                       f"{r.lcb_output_tok_s:,.0f}", "winner" if r.winner else "",
                       style="bold green" if r.winner else None)
     return table
 
 
-def comparison_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
+def comparison_table(winner: ConfigResult, baselines: Sequence[Baseline]) -> Table:
     """The winner beside the baselines: one column per config. Where the winner was confirmed,
     capacities and gains are the confirmed ones (autotune.release.gains); the search's single
     measurement is shown for what it is."""
-    confirmed = bool(rows) and rows[0][1].get("confirmed") is not None
+    confirmed = winner.confirmed is not None
+    columns = [("winner", winner, None), *((b.config.role, b.config, b.winner_gain)
+                                           for b in baselines)]
     table = Table(title="Winner beside the baselines" + (
         " (confirmed: mean ± sd over re-runs with the same seeds; gains from those only)"
         if confirmed
         else " (single search measurements: no confirmation ran)"), title_justify="left")
     table.add_column("", overflow="fold")  # a long engine argument's name folds, never cut
-    for label, _ in rows:
+    for label, _, _ in columns:
         table.add_column(label, justify="right", overflow="fold")
 
-    def line(name: str, fn: Any) -> None:
-        table.add_row(name, *(fn(r) for _, r in rows))
+    def line(name: str, fn: Callable[[ConfigResult, WinnerGain | None], str]) -> None:
+        table.add_row(name, *(fn(c, g) for _, c, g in columns))
 
-    def capacity(r: dict[str, Any]) -> str:
-        runs = r.get("confirmed")
-        if runs is not None:
-            return f"{runs.mean_output_tok_s:,.0f} ± {runs.std_output_tok_s:,.0f}"
-        if not r["feasible"]:
-            return f"- ({r['failure'] or 'slo miss'})"
-        return f"{r['capacity']:,.0f}" + (" (search)" if confirmed else "")
+    def search(c: ConfigResult) -> str:
+        return "-" if c.search_output_tok_s is None else f"{c.search_output_tok_s:,.0f}"
 
-    def is_winner(r: dict[str, Any]) -> bool:
-        return r is rows[0][1]
+    def capacity(c: ConfigResult, _: WinnerGain | None) -> str:
+        if c.confirmed is not None:
+            return f"{c.confirmed.mean_output_tok_s:,.0f} ± {c.confirmed.std_output_tok_s:,.0f}"
+        if c.search_output_tok_s is None:
+            return f"- ({c.failure_class or 'slo miss'})"
+        return search(c) + (" (search)" if confirmed else "")
 
-    line("trial", lambda r: str(r["number"]))
+    line("trial", lambda c, _: str(c.trial_number))
     if confirmed:
         line("capacity (output tok/s): mean ± sd", capacity)
-        line("confirmed LCB (output tok/s)", lambda r: f"{r['confirmed'].lcb_output_tok_s:,.0f}"
-             if r.get("confirmed") else "-")
-        line("search measurement (1 run)", lambda r: f"{r['capacity']:,.0f}" if r["feasible"]
-             else "-")
-        line("winner's gain: mean (90% CI)", lambda r: "-" if is_winner(r) or not r.get("gain")
-             else gains.mean_text(r["gain"]))
-        line("winner's gain: at its LCB", lambda r: "-" if is_winner(r) or not r.get("gain")
-             else f"{r['gain'].lcb_pct:+.1f}%")
-        line("confirmation", lambda r: f"{r['confirmed'].n} runs" if r.get("confirmed")
-             else r.get("not_confirmed") or "-")
+        line("confirmed LCB (output tok/s)", lambda c, _: "-" if c.confirmed is None
+             else f"{c.confirmed.lcb_output_tok_s:,.0f}")
+        line("search measurement (1 run)", lambda c, _: search(c))
+        line("winner's gain: mean (90% CI)", lambda _, g: "-" if g is None or g.confirmed is None
+             else gains.mean_text(g.confirmed))
+        line("winner's gain: at its LCB", lambda _, g: "-" if g is None or g.confirmed is None
+             else f"{g.confirmed.lcb_pct:+.1f}%")
+        line("confirmation", lambda c, _: f"{c.confirmed.n} runs" if c.confirmed is not None
+             else c.not_confirmed or "-")
     else:
         line("capacity (output tok/s)", capacity)
-        line("winner's gain over it", lambda r: "-" if is_winner(r) or r.get("single_gain") is None
-             else f"{r['single_gain']:+.1f}%")
+        line("winner's gain over it", lambda _, g: "-" if g is None or g.search_pct is None
+             else f"{g.search_pct:+.1f}%")
     for key, label in (("ttft_p99_ms", "TTFT p99 (ms)"), ("tpot_p99_ms", "TPOT p99 (ms)"),
                        ("itl_p99_ms", "ITL p99 (ms)"), ("e2e_p99_ms", "E2E p99 (ms)")):
-        line(label, lambda r, k=key: _ms((r["latency"] or {}).get(k)))
-    line("parallel layout", lambda r: Strategy.of(r["config"]).name)
+        line(label, _latency_cell(key))
+    line("parallel layout", lambda c, _: Strategy.of(c.config).name)
     for name in (*TUNED, "kv_cache_dtype", "max_model_len"):
-        line(name, lambda r, n=name: _arg(r["config"].get(n)))
+        line(name, _config_cell(name))
     return table
+
+
+def _latency_cell(key: str) -> Callable[[ConfigResult, Any], str]:
+    return lambda c, _: _ms(c.latency.get(key))
+
+
+def _config_cell(name: str) -> Callable[[ConfigResult, Any], str]:
+    return lambda c, _: _arg(c.config.get(name))
 
 
 def per_path_table(rows: list[Any]) -> Table:

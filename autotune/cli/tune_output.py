@@ -17,6 +17,7 @@ from autotune.cli.render import per_path_table
 from autotune.cli.report import print_campaign_result
 from autotune.domain.engine_config import EngineConfig
 from autotune.errors import SettingText
+from autotune.release.result import campaign_result
 from autotune.storage.models import Campaign
 
 
@@ -40,9 +41,9 @@ class TuneOutput:
 
     def result(self, session: Session, campaign: Campaign, url: str,
                already_completed: bool) -> None:
-        print_campaign_result(self.console, campaign, url)
-        self.view = json_views.campaign_result(session, campaign,
-                                               already_completed=already_completed)
+        shown = campaign_result(session, campaign)
+        print_campaign_result(self.console, shown)
+        self.view = json_views.campaign_result(shown, already_completed=already_completed)
 
 
 def render_paths(console: Console, summaries: Sequence[PathSummary], campaign: str,

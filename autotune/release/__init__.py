@@ -1,1 +1,2 @@
-"""What a campaign hands over: the published config, the winner's gains and the report."""
+"""What a campaign hands over: the published config, the winner's gains, the result (the one view
+of it the CLI renders) and the report."""

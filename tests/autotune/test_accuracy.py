@@ -22,6 +22,7 @@ from autotune.measure.executors import InlineExecutor
 from autotune.release.publish import config_document, publish_trial
 from autotune.release.report import data as report_data
 from autotune.release.report import html
+from autotune.release.result import campaign_result
 from autotune.search import accuracy
 from autotune.search.space import deployment_space, load_search_space, space_summary
 from autotune.storage import repo
@@ -152,14 +153,14 @@ def test_an_fp8_winner_is_flagged_in_the_summary_json_report_and_publication(
             campaign = s.get(Campaign, cid)
             assert campaign is not None
             console = Console(record=True, width=200)
-            print_campaign_result(console, campaign, url)
+            print_campaign_result(console, campaign_result(s, campaign))
             lines = console.export_text().splitlines()
             flag = next(i for i, line in enumerate(lines) if line.startswith("Changes numerics"))
             assert lines[flag] == ("Changes numerics: kv_cache_dtype=fp8 (an 8-bit KV cache "
                                    "rounds the keys and values attention reads)")
             assert "--kv-cache-dtype fp8" in lines[flag - 1]  # under the winner's arguments
 
-            view = json_views.campaign_result(s, campaign)
+            view = json_views.campaign_result(campaign_result(s, campaign))
             assert [(c["name"], c["value"]) for c in view["winner"]["accuracy_affecting"]] == \
                 [("kv_cache_dtype", "fp8")]
             assert "accuracy_affecting" not in view["baselines"][0]
@@ -190,9 +191,10 @@ def test_an_auto_winner_is_not_flagged(tmp_path: Path) -> None:
                 t.feasible = t.engine_config["kv_cache_dtype"] == "auto"
             s.flush()
             console = Console(record=True, width=200)
-            print_campaign_result(console, campaign, url)
+            result = campaign_result(s, campaign)
+            print_campaign_result(console, result)
             assert "Changes numerics" not in console.export_text()
-            assert json_views.campaign_result(s, campaign)["winner"]["accuracy_affecting"] == []
+            assert json_views.campaign_result(result)["winner"]["accuracy_affecting"] == []
             page = html.render(report_data.gather(s, campaign, url),
                                images={"throughput": "t.png", "capacity": "c.png"},
                                generated_at=datetime.now(UTC))

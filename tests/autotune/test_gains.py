@@ -130,13 +130,14 @@ def confirmed_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Db]:
 def test_the_summary_gives_the_confirmed_gain_and_why_a_baseline_has_none(
         confirmed_db: _Db) -> None:
     from autotune.cli.report import print_campaign_result
+    from autotune.release.result import campaign_result
 
     console = Console(record=True, width=250)
     engine = open_database(confirmed_db.url)
     with session_scope(engine) as s:
         c = s.get(Campaign, confirmed_db.campaign_id)
         assert c is not None
-        print_campaign_result(console, c, confirmed_db.url)
+        print_campaign_result(console, campaign_result(s, c))
     engine.dispose()
     text = console.export_text()
     g = gains.gain(_runs(WINNER_RUNS), _runs(DEFAULT_RUNS))
@@ -147,6 +148,55 @@ def test_the_summary_gives_the_confirmed_gain_and_why_a_baseline_has_none(
     assert "over guide-heuristic: none to give (not confirmed: slo_miss in the search)" in text
     assert "over vllm-recipe: none to give (not confirmed: rejected by a rule" in text
     assert "16,125 ± 238" in text  # the winner's confirmed mean ± sd
+
+
+def test_the_terminal_and_the_json_render_one_result(confirmed_db: _Db) -> None:
+    """One CampaignResult, built once: both renderings give the same winner, capacity and gains,
+    and neither needs the session (the result is detached, frozen data)."""
+    from autotune.cli import json_views
+    from autotune.cli.report import print_campaign_result
+    from autotune.release.result import campaign_result
+
+    engine = open_database(confirmed_db.url)
+    with session_scope(engine) as s:
+        c = s.get(Campaign, confirmed_db.campaign_id)
+        assert c is not None
+        result = campaign_result(s, c)
+    engine.dispose()
+    console = Console(record=True, width=250)
+    print_campaign_result(console, result)
+    text = console.export_text()
+    view = json_views.campaign_result(result)
+
+    win = result.winner
+    assert win is not None and win.confirmed is not None
+    assert view["winner"]["trial"] == win.trial_number == 3
+    assert view["winner"]["capacity_output_tok_s"] == {
+        "search": WINNER_SEARCH, "confirmed_mean": win.confirmed.mean_output_tok_s,
+        "confirmed_lcb": win.confirmed.lcb_output_tok_s}
+    assert f"{win.confirmed.mean_output_tok_s:,.0f} ± {win.confirmed.std_output_tok_s:,.0f}" in text
+    assert " ".join(view["winner"]["engine_args"]) in text
+
+    by_role = {b.config.role: b for b in result.baselines}
+    json_by_role = {b["role"]: b for b in view["baselines"]}
+    assert list(by_role) == list(json_by_role) == ["vllm-default", "guide-heuristic",
+                                                   "vllm-recipe"]
+    default_gain = by_role["vllm-default"].winner_gain
+    assert default_gain is not None and default_gain.confirmed is not None
+    g = default_gain.confirmed
+    assert g.mean_pct == pytest.approx(4.82, abs=0.01)
+    assert json_by_role["vllm-default"]["winner_gain_pct"] == {
+        "search": default_gain.search_pct, "confirmed_mean": g.mean_pct,
+        "confirmed_mean_ci": g.mean_ci_pct, "confirmed_lcb": g.lcb_pct}
+    assert default_gain.search_pct == pytest.approx(16.83, abs=0.01)  # JSON only: not like for like
+    assert gains.headline(g, "vllm-default") in text
+    # The guide's heuristic missed the SLO in the search: no figure to compare, in either.
+    assert json_by_role["guide-heuristic"]["winner_gain_pct"] == {
+        "search": None, "confirmed_mean": None, "confirmed_mean_ci": None, "confirmed_lcb": None}
+    assert json_by_role["guide-heuristic"]["capacity_output_tok_s"]["search"] is None
+    assert "over guide-heuristic: none to give (not confirmed: slo_miss in the search)" in text
+    assert [c["trial"] for c in view["confirmations"]] == [c.trial_number
+                                                            for c in result.confirmations]
 
 
 def test_the_report_gives_the_confirmed_gain(confirmed_db: _Db) -> None:

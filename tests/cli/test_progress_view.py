@@ -111,13 +111,13 @@ def test_log_lines_say_what_finished_and_what_is_left(caplog: pytest.LogCaptureF
 
 
 def test_the_confirmation_table_folds_a_long_role_rather_than_cutting_it() -> None:
-    from types import SimpleNamespace
-
     from autotune.cli.render import confirmation_table
+    from autotune.release.result import Confirmed
 
-    rows = [SimpleNamespace(trial=SimpleNamespace(number=i, capacity_output_tok_s=123456.0),
-                            role=role, n=3, mean_output_tok_s=123000.0, std_output_tok_s=1234.0,
-                            cv=0.01, lcb_output_tok_s=121000.0, winner=i == 0)
+    rows = [Confirmed(trial_number=i, role=role, search_output_tok_s=123456.0,
+                      samples=(123000.0,) * 3, failures=(None,) * 3, n=3,
+                      mean_output_tok_s=123000.0, std_output_tok_s=1234.0, cv=0.01,
+                      lcb_output_tok_s=121000.0, winner=i == 0)
             for i, role in enumerate(["guide-heuristic", "vllm-default"])]
     text = _text(confirmation_table(rows), 80)
     assert "…" not in text and "123,456" in text and "121,000" in text

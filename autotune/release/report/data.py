@@ -19,10 +19,11 @@ from autotune.domain.parallelism import Strategy
 from autotune.domain.trial_record import TrialRecord
 from autotune.errors import NotFoundError
 from autotune.release import gains
+from autotune.release.result import Confirmed
 from autotune.search import accuracy
 from autotune.search.baselines import BASELINES, effective_values
 from autotune.storage import repo
-from autotune.storage.models import Campaign, Confirmation, Publication, Trial
+from autotune.storage.models import Campaign, Publication, Trial
 from autotune.vocabulary import Role
 
 log = logging.getLogger("autotune.release.report")
@@ -116,23 +117,6 @@ class ReportTrial(TrialRecord):
 
 
 @dataclass(frozen=True)
-class ReportConfirmation:
-    """One confirmed config: its re-runs with other arrival seeds (autotune_confirmations)."""
-
-    trial_number: int
-    role: str
-    search_output_tok_s: float  # the search's single measurement, for comparison
-    samples: tuple[float | None, ...]  # capacity per re-run; 0 missed the SLO, None was lost
-    failures: tuple[str | None, ...]
-    n: int  # the re-runs that count (not lost to the infrastructure)
-    mean_output_tok_s: float
-    std_output_tok_s: float
-    cv: float | None
-    lcb_output_tok_s: float
-    winner: bool
-
-
-@dataclass(frozen=True)
 class ConfigColumn:
     """One config of the comparison table (winner, incumbent, a baseline)."""
 
@@ -188,7 +172,7 @@ class CampaignReport:
     trials: tuple[ReportTrial, ...]
     winner: ReportTrial | None  # what publish takes (repo.choose_winner)
     winner_basis: str  # repo.CONFIRMED, BEST_SINGLE, NONE_CONFIRMED or NO_FEASIBLE
-    confirmations: tuple[ReportConfirmation, ...]  # empty: confirmation did not run
+    confirmations: tuple[Confirmed, ...]  # empty: confirmation did not run
     period: str | None
     budget: dict[str, Any]  # max_trials, max_gpu_hours, deadline, as asked
     gpu_hours: float  # spent: trials and confirmation runs
@@ -273,15 +257,6 @@ def _replay(index: int, r: dict[str, Any], t: Trial) -> ReportReplay:
 def _trial(t: Trial) -> ReportTrial:
     return ReportTrial.of(repo.trial_record(t), capacity_rate_scale=t.capacity_rate_scale,
                           replays=tuple(_replay(i, r, t) for i, r in enumerate(t.replays or [])))
-
-
-def _confirmation(c: Confirmation) -> ReportConfirmation:
-    return ReportConfirmation(
-        trial_number=c.trial.number, role=c.role,
-        search_output_tok_s=c.trial.capacity_output_tok_s, samples=tuple(c.samples),
-        failures=tuple(c.failures), n=c.n, mean_output_tok_s=c.mean_output_tok_s,
-        std_output_tok_s=c.std_output_tok_s, cv=c.cv, lcb_output_tok_s=c.lcb_output_tok_s,
-        winner=c.winner)
 
 
 def _column(label: str, source: str, t: Trial, config: dict[str, Any],
@@ -404,7 +379,7 @@ def gather(session: Session, campaign: Campaign, storage_url: str) -> CampaignRe
         finished_at=campaign.finished_at, wall_s=campaign.wall_s, trials=trials,
         winner=next((t for t in trials if best is not None and t.number == best.number), None),
         winner_basis=chosen.basis,
-        confirmations=tuple(sorted((_confirmation(c) for c in campaign.confirmations),
+        confirmations=tuple(sorted((Confirmed.of(c) for c in campaign.confirmations),
                                    key=lambda c: (-c.lcb_output_tok_s, c.trial_number))),
         period=campaign.period, budget=dict(campaign.budget or {}),
         gpu_hours=campaign.gpu_hours or 0.0, stop_reason=campaign.stop_reason,
