@@ -43,7 +43,7 @@ except ModuleNotFoundError as exc:  # Ray is the `ray` extra; a Ray broken insid
 # After the check above: it imports Ray too.
 from autotune.workers.ray_progress import DriverInbox, WorkerRelay
 
-log = logging.getLogger("autotune.measure.executors.ray")
+log = logging.getLogger("autotune.executors.ray")
 
 
 @ray.remote(num_cpus=0)

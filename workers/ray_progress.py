@@ -21,7 +21,7 @@ from ray.exceptions import RayError
 
 from autotune.measure import progress
 
-log = logging.getLogger("autotune.measure.executors.ray")
+log = logging.getLogger("autotune.executors.ray")
 
 # Events kept for a driver that does not read them (a few per replay, so many trials' worth):
 # the oldest go first; memory stays bounded.

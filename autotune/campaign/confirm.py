@@ -42,7 +42,7 @@ from autotune.storage import repo
 from autotune.storage.models import Campaign, Confirmation, Trial
 from autotune.vocabulary import NOT_THE_CONFIG, FailureClass, RecordState, Role
 
-log = logging.getLogger("autotune.campaign.confirm")
+log = logging.getLogger("autotune.confirm")
 CONFIDENCE = 0.90
 
 

@@ -51,7 +51,7 @@ from autotune.domain.trial_record import TrialRecord
 from autotune.errors import ConfigError
 from autotune.vocabulary import RecordState
 
-log = logging.getLogger("autotune.campaign.multifidelity")
+log = logging.getLogger("autotune.multifidelity")
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ from autotune.vocabulary import FailureClass, Role
 if TYPE_CHECKING:
     from autotune.campaign.study.request import CampaignRequest
 
-log = logging.getLogger("autotune.campaign.resume")
+log = logging.getLogger("autotune.resume")
 # What a resumed job must share with the dead one; the executor and parallelism may change.
 _SAME = ("trace_digest", "backend", "search_space", "max_trials", "seed", "screen_backend",
          "screen_top")

@@ -23,7 +23,7 @@ from autotune.errors import (
 if TYPE_CHECKING:
     from autotune.release.result import CampaignResult
 
-log = logging.getLogger("autotune.campaign.quarterly")
+log = logging.getLogger("autotune.quarterly")
 
 HELP = """Re-tune a deployment for this quarter and publish the winner if it beats the incumbent.
 

@@ -2,7 +2,7 @@
 
 A backend runs one engine with one EngineConfig and replays traffic against it. Implementations
 live outside the core (the `workers` package, or a third party) and are found by name through
-the `autotune.measure.backends` entry-point group.
+the `autotune.backends` entry-point group.
 
 Contract:
 - `__init__(**options)` takes plain-data options (TrialSpec.backend_options) and no live

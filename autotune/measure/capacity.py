@@ -23,7 +23,7 @@ from autotune.measure.backends import EngineBackend
 from autotune.measure.metrics import concurrency, latency_quantiles_ms, meets, summarize
 from autotune.vocabulary import FailureClass
 
-log = logging.getLogger("autotune.measure.capacity")
+log = logging.getLogger("autotune.capacity")
 # Each replay keeps its percentiles (the report draws latency against offered load from them)
 # and its error rate; the simulator's calibration reads them too.
 REPLAY_LATENCIES = ("ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p90_ms",

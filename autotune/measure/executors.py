@@ -1,7 +1,7 @@
 """The executor plug-in point: where trials run.
 
 An executor takes TrialSpecs and hands back TrialOutcomes; the study controller keeps at most
-`slots` trials in flight. Implementations are found by name through the `autotune.measure.executors`
+`slots` trials in flight. Implementations are found by name through the `autotune.executors`
 entry-point group: `inline` (here: one trial at a time in this process) and `ray`
 (autotune.workers.ray_executor: one Ray actor per trial, asking for the trial's GPUs).
 
@@ -31,7 +31,7 @@ from autotune.measure.backends import load_backend
 from autotune.measure.capacity import run_trial
 from autotune.vocabulary import FailureClass
 
-log = logging.getLogger("autotune.measure.executors")
+log = logging.getLogger("autotune.executors")
 
 
 class Executor(ABC):

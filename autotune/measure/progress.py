@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-LOGGER = "autotune.measure.progress"
+LOGGER = "autotune.progress"
 
 
 @dataclass(frozen=True)

@@ -119,7 +119,7 @@ def test_a_resume_with_another_sampler_continues_with_it(
     with pytest.raises(SystemExit):
         _DiesAfterStoring(engine, migrated_sqlite, _request(sampler="random"), InlineExecutor(),
                           at=2, lease_s=0.3).run()
-    with caplog.at_level("WARNING", "autotune.campaign.study"):
+    with caplog.at_level("WARNING", "autotune.study"):
         StudyController(engine, migrated_sqlite, _request(sampler="tpe"), InlineExecutor(),
                         lease_s=0.3).run()
     check_complete(migrated_sqlite, "llama", "r", 5)

@@ -93,7 +93,7 @@ def test_a_trial_whose_inbox_is_gone_is_still_measured(
         assert own._inbox is not None
         ray_executor.ray.kill(own._inbox.actor)  # as if its node were lost
         seen: list[progress.Event] = []
-        with caplog.at_level(logging.WARNING, "autotune.measure.executors.ray"), \
+        with caplog.at_level(logging.WARNING, "autotune.executors.ray"), \
                 progress.reporting(seen.append):
             own.submit(_spec(5))
             [outcome] = own.wait()

@@ -42,7 +42,7 @@ from autotune.storage.db import session_scope
 from autotune.storage.models import Campaign
 from autotune.vocabulary import ENGINE_FAILURES, NOT_THE_CONFIG, RecordState, Role
 
-log = logging.getLogger("autotune.campaign.study")
+log = logging.getLogger("autotune.study")
 ASKS_PER_TRIAL = 10  # cap on asks (rejections and repeats are free) per measured trial
 MAX_INFRA_FAILURES_IN_A_ROW = 3  # then the cluster, not the configs, is what fails
 

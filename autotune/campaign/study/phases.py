@@ -27,7 +27,7 @@ from autotune.search.samplers import SamplerPlan
 from autotune.search.space import SearchSpace, baseline_configs, deployment_space, hold_config, space_params
 from autotune.vocabulary import Role
 
-log = logging.getLogger("autotune.campaign.study")
+log = logging.getLogger("autotune.study")
 # A reference as enqueued: (tag, role, the space's parameters, its exact config).
 ReferenceParams = tuple[str, str, dict[str, Any], dict[str, Any]]
 

@@ -32,7 +32,7 @@ from autotune.storage.db import session_scope
 from autotune.storage.models import Campaign
 from autotune.vocabulary import FailureClass, RecordState
 
-log = logging.getLogger("autotune.campaign.study")
+log = logging.getLogger("autotune.study")
 _AT_CAPACITY_P99_KEYS = ("ttft_p99_ms", "tpot_p99_ms", "itl_p99_ms", "e2e_p99_ms")
 
 

@@ -26,7 +26,7 @@ from autotune.storage import repo
 from autotune.storage.models import Campaign, Publication, Trial
 from autotune.vocabulary import Role
 
-log = logging.getLogger("autotune.release.report")
+log = logging.getLogger("autotune.report")
 LATENCY_KEYS = ("ttft_p99_ms", "tpot_p99_ms", "itl_p99_ms", "e2e_p99_ms")
 # The percentiles each replay of the capacity search keeps (autotune.measure.capacity), and that the
 # at-capacity latency columns of the exports carry.
