@@ -9,24 +9,7 @@ derives its KV-cache layout and its expert counts from the architecture numbers 
 from __future__ import annotations
 
 from autotune.domain.model_sources import resolve
-from autotune.domain.specs import (
-    DSV4 as DSV4,
-)
-from autotune.domain.specs import (  # re-exported: the catalogue is where callers look
-    GPU as GPU,
-)
-from autotune.domain.specs import (
-    GQA as GQA,
-)
-from autotune.domain.specs import (
-    MLA as MLA,
-)
-from autotune.domain.specs import (
-    QUANT_FORMATS as QUANT_FORMATS,
-)
-from autotune.domain.specs import (
-    Model as Model,
-)
+from autotune.domain.specs import DSV4, GPU, GQA, MLA, QUANT_FORMATS, Model  # noqa: F401  (re-exported)
 from autotune.errors import ConfigError
 
 
