@@ -51,13 +51,20 @@ import optuna
 from rich.console import Console
 from rich.table import Table
 
+from autotune.domain import optuna_keys as keys
 from autotune.domain.deployment import DEMO, DeploymentSpec
 from autotune.domain.engine_config import EngineConfig
 from autotune.domain.records import CapacitySearch, TrialSpec
 from autotune.domain.slo import parse_slo
 from autotune.measure.capacity import run_trial
 from autotune.search.baselines import deployment_args
-from autotune.search.objective import is_feasible, outcome_constraints, rejected_constraints
+from autotune.search.objective import (
+    is_feasible,
+    outcome_constraints,
+    peak_in_flight,
+    rejected_constraints,
+    slo_use,
+)
 from autotune.search.rules import violations
 from autotune.search.samplers import make_sampler
 from autotune.search.space import (
@@ -84,6 +91,7 @@ SAMPLERS = ("tpe", "random", "grid") + (("gp",) if importlib.util.find_spec("tor
 # whatever the multiplier; 6 bisection steps: ~1.1% resolution.
 SEARCH = CapacitySearch(bisect_steps=6, window_s=10.0)
 CACHE_DIR = Path(__file__).with_name(".cache") / "search_efficiency"
+CACHE_FORMAT = 2  # 2: rows hold at_capacity
 CHAT_REQUESTS, DOCUMENT_REQUESTS = 6000, 3000  # ~11 and ~13 minutes at their recorded rates
 
 
@@ -116,7 +124,10 @@ def _sim_digest() -> str:
 
 
 Key = tuple[tuple[str, Any], ...]
-Measured = tuple[float, dict[str, float], bool]  # capacity (0: infeasible), constraints, censored
+# Capacity (0: infeasible), constraints, censored, and what the line sweep reads of the replay
+# at capacity: the share of each SLO ceiling used and the peak requests in flight (trial user
+# attributes keys.SLO_USE and keys.PEAK_IN_FLIGHT, as the recorder sets them).
+Measured = tuple[float, dict[str, float], bool, dict[str, Any]]
 
 
 def measure(trace: Trace, slo_text: str, dep: DeploymentSpec, config: EngineConfig) -> Measured:
@@ -128,7 +139,8 @@ def measure(trace: Trace, slo_text: str, dep: DeploymentSpec, config: EngineConf
     value = outcome.capacity_output_tok_s if is_feasible(constraints) else 0.0
     top = SEARCH.ladder(trace.duration_s)[-1]
     censored = value > 0 and outcome.capacity_rate_scale >= top  # never failed: a lower bound
-    return value, constraints, censored
+    at_capacity = {keys.SLO_USE: slo_use(outcome, slo), keys.PEAK_IN_FLIGHT: peak_in_flight(outcome)}
+    return value, constraints, censored, at_capacity if outcome.at_capacity else {}
 
 
 class Objective:
@@ -140,13 +152,13 @@ class Objective:
         self.cache: dict[Key, Measured] = {}
         self.wall_s = 0.0
         self.measured = 0  # measurements made in this run (not read from disk)
-        digest = hashlib.sha256(json.dumps([trace.digest, slo_text, repr(SEARCH), dep.name,
-                                            _sim_digest()]).encode()).hexdigest()[:16]
+        digest = hashlib.sha256(json.dumps([CACHE_FORMAT, trace.digest, slo_text, repr(SEARCH),
+                                            dep.name, _sim_digest()]).encode()).hexdigest()[:16]
         self.path = CACHE_DIR / f"{trace.name}-{digest}.json"
         if self.path.exists():
             for row in json.loads(self.path.read_text()):
                 self.cache[tuple((k, v) for k, v in row["config"])] = (
-                    row["value"], row["constraints"], row["censored"])
+                    row["value"], row["constraints"], row["censored"], row["at_capacity"])
 
     @staticmethod
     def key(config: EngineConfig) -> Key:
@@ -173,17 +185,18 @@ class Objective:
 
     def save(self) -> None:
         CACHE_DIR.mkdir(parents=True, exist_ok=True)
-        rows = [{"config": [list(kv) for kv in k], "value": v, "constraints": c, "censored": z}
-                for k, (v, c, z) in self.cache.items()]
+        rows = [{"config": [list(kv) for kv in k], "value": v, "constraints": c, "censored": z,
+                 "at_capacity": u} for k, (v, c, z, u) in self.cache.items()]
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(rows))
         tmp.replace(self.path)
 
-    def __call__(self, config: EngineConfig) -> tuple[float, dict[str, float]]:
+    def __call__(self, config: EngineConfig) -> tuple[float, dict[str, float], dict[str, Any]]:
+        """Capacity (0: infeasible), constraints and the user attributes read at capacity."""
         if self.key(config) not in self.cache:
             self.prefetch([config])
-        value, constraints, _ = self.cache[self.key(config)]
-        return value, constraints
+        value, constraints, _, use = self.cache[self.key(config)]
+        return value, constraints, use
 
 
 def base_config(role: str, dep: DeploymentSpec) -> EngineConfig:
@@ -224,7 +237,9 @@ def campaign(sampler: str, space: SearchSpace, objective: Objective, seed: int,
         if broken:
             constraints, value = rejected_constraints(objective.slo, len(broken)), 0.0
         else:
-            value, constraints = objective(config)
+            value, constraints, at_capacity = objective(config)
+            for key, attr in at_capacity.items():
+                trial.set_user_attr(key, attr)  # as the recorder sets them
         for name, c in constraints.items():
             trial.set_constraint(name, c)
         study.tell(trial, value)
@@ -296,7 +311,7 @@ def main() -> None:
             for budget, v in here.items():
                 pct[sampler][budget].append(statistics.median(v))
         near = {f: sum(v >= f * optimum for v in values) for f in (0.98, 0.95)}
-        censored = sum(z for _, _, z in objective.cache.values())
+        censored = sum(z for _, _, z, _ in objective.cache.values())
         rows.append((trace.name, len(trace), trace.duration_s, len(values), near,
                      sum(v == 0 for v in values), censored, objective.measured,
                      objective.wall_s, time.monotonic() - t1, optimum, default, heuristic))

@@ -17,6 +17,10 @@ BACKEND_NOTES = "backend_notes"  # how a simulated engine was modelled
 VLLM_EFFECTIVE = "vllm_effective"  # the config as vLLM runs it, defaults resolved
 VLLM_OVERRIDES = "vllm_overrides"  # values vLLM replaces silently (fp8 -> fp8_ds_mla)
 PINNED = "pinned"  # values the model requires, outside the search space
+# Per SLO ceiling, the share of it the config used at capacity (P99 / ceiling): the ceiling
+# nearest 1 is the one that bound the capacity, which tells the line sweep where to move.
+SLO_USE = "slo_use_at_capacity"
+PEAK_IN_FLIGHT = "peak_requests_in_flight_at_capacity"  # the most requests the engine held
 ENGINE_CONFIG = "engine_config"  # the exact config an enqueued reference runs
 ENQUEUE_TAG = "enqueue_tag"  # which reference it is, so none is enqueued twice
 SCREEN_OF = "screen_of"  # the screening trial a real trial measures again

@@ -11,6 +11,8 @@ sampler learns where failures are (TPE learns nothing from FAIL trials).
 
 from __future__ import annotations
 
+import math
+
 from autotune.domain.records import TrialOutcome
 from autotune.domain.slo import SLO
 from autotune.measure.metrics import slo_violations
@@ -33,6 +35,24 @@ def outcome_constraints(outcome: TrialOutcome, slo: SLO) -> dict[str, float]:
     values.update(slo_violations(outcome.at_recorded_rate, slo))
     values["engine_start"] = 0.0
     return values
+
+
+def slo_use(outcome: TrialOutcome, slo: SLO) -> dict[str, float]:
+    """Per ceiling, the share of it used at capacity (1: at the ceiling); empty without a
+    capacity. The ceiling with the largest share is the one that bound the capacity."""
+    if outcome.at_capacity is None:
+        return {}
+    values = outcome.at_capacity.model_dump()
+    use = {c.key: values[c.key] / c.limit_ms for c in slo.ceilings}
+    return {k: round(v, 4) for k, v in use.items() if math.isfinite(v)}
+
+
+def peak_in_flight(outcome: TrialOutcome) -> int | None:
+    """The most requests in flight (running or queued, all DP ranks) during the replay at
+    capacity; None without one."""
+    at_capacity = [r for r in outcome.replays if r.get("at_capacity")]
+    peak = at_capacity[0].get("max_concurrent_requests") if at_capacity else None
+    return int(peak) if peak is not None else None
 
 
 def rejected_constraints(slo: SLO, broken_rules: int) -> dict[str, float]:

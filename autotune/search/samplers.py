@@ -295,7 +295,9 @@ class LineSweep(_Wrapper):
         measured = {tuple(sorted(t.params.items())): _value(t) for t in complete}
         moved = [t.system_attrs[keys.SWEEP_AXIS] for t in held
                  if keys.SWEEP_AXIS in t.system_attrs]
-        start = self._axes.index(moved[-1]) if moved and moved[-1] in self._axes else 0
+        reach = self._reach(complete)
+        axes = self._axes_for(reach)
+        start = axes.index(moved[-1]) if moved and moved[-1] in axes else 0
         # Round the axes from the last one moved, as often as the incumbent changes. Where no
         # axis has an unmeasured step that the walk reaches, the search goes on from the best
         # config of each other parallel layout in turn (its layout held): each layout is its
@@ -303,18 +305,59 @@ class LineSweep(_Wrapper):
         # incumbent's arguments may beat it at its own.
         for base in _layout_bests(complete, best):
             floor = (1 - SWEEP_TOLERANCE) * _value(base)
-            for name in self._axes[start:] + self._axes[:start]:
+            for name in axes[start:] + axes[:start]:
                 if name not in base.params or (name == PARALLELISM and base is not best):
                     continue  # inactive there, or the layout a runner-up is searched within
-                for params in self._line(base.params, name, measured, floor):
+                for params in self._line(base.params, name, measured, floor, reach):
                     if tuple(sorted(params.items())) not in taken:
                         study._storage.set_trial_system_attr(trial._trial_id, keys.SWEEP_AXIS,
                                                              name)
                         return params
         return None
 
+    def _reach(self, complete: Sequence[FrozenTrial]) -> float | None:
+        """The requests in flight the engine reached at capacity (all DP ranks), where the
+        best reference (the best trial the sweep did not propose) shows that a smaller
+        sequence count can relieve what bound it; else None.
+
+        That is the case where a decode-latency ceiling (TPOT or ITL) was used more than any
+        other and the engine held more requests per DP rank than twice the smallest count
+        the space offers, so that some count cuts its batch at least in half: fewer running
+        sequences make each step shorter and queue the rest (vllm/v1/core/sched/
+        scheduler.py, Scheduler.schedule admits at most max_num_seqs running requests),
+        spending TTFT's headroom on TPOT. A count above the requests the engine reached
+        changes nothing, so the count that can matter is near that peak. On
+        benchmarks/search_efficiency.py's chat-like traces (TPOT-bound, 220-290 requests in
+        flight at vLLM's defaults) the count moved capacity by half; on the document-like ones
+        (prefill-stalled, under 45 in flight) not at all."""
+        reference = _incumbent([t for t in complete if keys.SWEEP_AXIS not in t.system_attrs])
+        seqs = "max_num_seqs"
+        if reference is None or seqs not in self._space.param_names:
+            return None
+        use = reference.user_attrs.get(keys.SLO_USE) or {}
+        peak = reference.user_attrs.get(keys.PEAK_IN_FLIGHT)
+        if not use or peak is None or not max(use, key=lambda k: use[k]).startswith(
+                ("tpot", "itl")):
+            return None
+        dist = self._space.param(seqs).distribution()
+        counts = (dist.choices if isinstance(dist, CategoricalDistribution)
+                  else [dist.low])  # type: ignore[attr-defined]
+        smallest = min(float(c) for c in counts if isinstance(c, int | float))
+        ranks = (Strategy.parse(str(reference.params[PARALLELISM])).data_parallel_size
+                 if PARALLELISM in reference.params else 1)
+        return float(peak) if float(peak) / ranks >= 2 * smallest else None
+
+    def _axes_for(self, reach: float | None) -> list[str]:
+        """The sweep's axis order: SWEEP_AXES (the layout first), or the sequence count first
+        where it can relieve the ceiling that bound the best reference (`_reach`)."""
+        seqs = "max_num_seqs"
+        if reach is None:
+            return self._axes
+        first = [seqs, *(a for a in SWEEP_AXES if a != seqs)]
+        return [a for a in first if a in self._axes] + [a for a in self._axes if a not in first]
+
     def _line(self, base: dict[str, Any], name: str, measured: dict[Key, float],
-              floor: float) -> list[dict[str, Any]]:
+              floor: float, reach: float | None = None) -> list[dict[str, Any]]:
         """The configs a line search along `name` tries next from `base`: on an ordered axis,
         in each direction, the first unmeasured value past the measured ones that are within
         SWEEP_TOLERANCE of the best (a plateau is walked across rather than ending the line:
@@ -322,7 +365,7 @@ class LineSweep(_Wrapper):
         many); on an unordered axis, every other choice."""
         dist = self._space.param(name).distribution()
         values = _line_values(dist, base[name])
-        moves = [self._active(self._move(base, name, v)) for v in values]
+        moves = [self._active(self._move(base, name, v, reach)) for v in values]
         if name == PARALLELISM:
             return [m for move in moves for m in self._with_prefill_caps(move, measured)
                     if not self._judged(m, measured)]
@@ -372,24 +415,35 @@ class LineSweep(_Wrapper):
             return [self._active({**move, cap: max(layout, key=lambda m: m[0])[1][cap]})]
         return [move] + [self._active({**move, cap: v}) for v in caps if v != move[cap]]
 
-    def _move(self, base: dict[str, Any], name: str, value: Any) -> dict[str, Any]:
+    def _move(self, base: dict[str, Any], name: str, value: Any,
+              reach: float | None = None) -> dict[str, Any]:
         """`base` with `name` set to `value`. A move to another parallel layout keeps the
         deployment's sequence count: `max_num_seqs` is per engine core, and each DP rank is
         one (vllm/v1/core/sched/scheduler.py, Scheduler.__init__: max_num_running_reqs =
         scheduler_config.max_num_seqs, built once per rank's EngineCore), so TP8 at 1024
-        compares with DP8 at 128, not at 1024 each (8,192 in all)."""
+        compares with DP8 at 128, not at 1024 each (8,192 in all). Where the count binds
+        (`reach`: the requests in flight the best reference reached), the move takes the
+        smallest count that holds the reached requests spread over the layout's ranks
+        instead: a layout judged at a count its engine never reaches is judged in the regime
+        where the count cannot help it."""
         params = {**base, name: value}
         seqs = "max_num_seqs"
         if name != PARALLELISM or seqs not in base or seqs not in self._space.param_names:
             return params
-        ranks_before = Strategy.parse(str(base[name])).data_parallel_size
         ranks_after = Strategy.parse(str(value)).data_parallel_size
-        target = float(base[seqs]) * ranks_before / ranks_after
         candidates = [v for v in _line_values(self._space.param(seqs).distribution(),
                                               base[seqs])
                       if isinstance(v, int | float) and v > 0]
-        if candidates:
-            params[seqs] = min(candidates, key=lambda v: abs(np.log(v / target)))
+        if not candidates:
+            return params
+        if reach is not None:
+            target = reach / ranks_after
+            params[seqs] = min((v for v in candidates if v >= target),
+                               default=max(candidates))
+            return params
+        ranks_before = Strategy.parse(str(base[name])).data_parallel_size
+        target = float(base[seqs]) * ranks_before / ranks_after
+        params[seqs] = min(candidates, key=lambda v: abs(np.log(v / target)))
         return params
 
     def _active(self, values: dict[str, Any]) -> dict[str, Any]:
