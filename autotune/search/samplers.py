@@ -19,8 +19,10 @@
 - Both model-based samplers start with a line sweep (`LineSweep`) instead of random draws: a
   coordinate search from the best config measured so far (at first the best reference: vLLM's
   defaults, vLLM's recipe, the guide's heuristic, last quarter's winner), one argument at a
-  time, the parallel layout, step budget and sequence count first. Random start-up draws turn
-  off half the optimisations vLLM enables by default, so few land where the knobs that matter
+  time, the parallel layout, step budget and sequence count first; the sequence count before
+  the layout where the best reference's TPOT ceiling bound it with enough requests in flight
+  for a smaller count to cut its batch (`LineSweep._reach`). Random start-up draws turn off
+  half the optimisations vLLM enables by default, so few land where the knobs that matter
   can be judged.
 - `grid`: vLLM's auto-tune script: a grid over `max_num_seqs` x `max_num_batched_tokens` (the
   space's grid values of those two, see `Param.grid`), every other argument at the baseline's
@@ -73,8 +75,16 @@ GRID_PARAMS = ("max_num_seqs", "max_num_batched_tokens")
 STARTUP_TRIALS = 6
 # The line sweep's first axes, those that moved capacity most on benchmarks/search_efficiency.py:
 # the parallel layout (the whole engine changes with it), then the two knobs vLLM's auto-tune
-# script grids over, the step budget first.
+# script grids over, the step budget first. The sequence count goes first where it can relieve
+# the ceiling that bound the best reference (LineSweep._reach).
 SWEEP_AXES = (PARALLELISM, "max_num_batched_tokens", "max_num_seqs")
+# A smaller sequence count trades TTFT for TPOT (the requests it turns away queue): the sweep
+# moves it first only where every ceiling but the decode-latency one that bound was at most
+# this share used at capacity (LineSweep._reach). On benchmarks/search_efficiency.py the
+# chat-like traces' references used 7-18% of TTFT's; the guide's heuristic on one
+# document-like trace used TPOT's and TTFT's both to the full, and there the count changed
+# nothing.
+COUNT_TRADE_HEADROOM = 0.5
 # The sweep proposes while fewer trials than this are complete (references and rule breakers
 # included), then the model takes over; it stops earlier where no step of any layout's best
 # config is left to try. On benchmarks/search_efficiency.py the runner-up layouts' searches,
@@ -252,8 +262,9 @@ class DistinctProposals(_Wrapper):
 
 class LineSweep(_Wrapper):
     """The model-based samplers' start-up: a coordinate search from the best feasible config
-    measured so far. The axes are SWEEP_AXES, then the space's other parameters in a seeded
-    order. On each axis the incumbent's next values (`_line`) are tried until every one is
+    measured so far. The axes are SWEEP_AXES (the sequence count moved to the front where it
+    can relieve what bound the best reference: `_reach`), then the space's other parameters
+    in a seeded order. On each axis the incumbent's next values (`_line`) are tried until every one is
     measured; a better one becomes the incumbent and the line goes on from it. Then the next
     axis, round all of them again for as long as the incumbent changes; then the same from
     the best config of each other parallel layout, its layout held.
@@ -321,23 +332,26 @@ class LineSweep(_Wrapper):
         sequence count can relieve what bound it; else None.
 
         That is the case where a decode-latency ceiling (TPOT or ITL) was used more than any
-        other and the engine held more requests per DP rank than twice the smallest count
-        the space offers, so that some count cuts its batch at least in half: fewer running
-        sequences make each step shorter and queue the rest (vllm/v1/core/sched/
-        scheduler.py, Scheduler.schedule admits at most max_num_seqs running requests),
-        spending TTFT's headroom on TPOT. A count above the requests the engine reached
-        changes nothing, so the count that can matter is near that peak. On
-        benchmarks/search_efficiency.py's chat-like traces (TPOT-bound, 220-290 requests in
-        flight at vLLM's defaults) the count moved capacity by half; on the document-like ones
-        (prefill-stalled, under 45 in flight) not at all."""
+        other, every other ceiling was at most COUNT_TRADE_HEADROOM used, and the engine held
+        more requests per DP rank than twice the smallest count the space offers, so that
+        some count cuts its batch at least in half: fewer running sequences make each step
+        shorter and queue the rest (vllm/v1/core/sched/scheduler.py, Scheduler.schedule
+        admits at most max_num_seqs running requests), spending TTFT's headroom on TPOT. A
+        count above the requests the engine reached changes nothing, so the count that can
+        matter is near that peak. On benchmarks/search_efficiency.py's chat-like traces
+        (TPOT-bound, 220-290 requests in flight at vLLM's defaults) the count moved capacity
+        by half; on the document-like ones (prefill-stalled, under 75 in flight) not at all."""
         reference = _incumbent([t for t in complete if keys.SWEEP_AXIS not in t.system_attrs])
         seqs = "max_num_seqs"
         if reference is None or seqs not in self._space.param_names:
             return None
         use = reference.user_attrs.get(keys.SLO_USE) or {}
         peak = reference.user_attrs.get(keys.PEAK_IN_FLIGHT)
-        if not use or peak is None or not max(use, key=lambda k: use[k]).startswith(
-                ("tpot", "itl")):
+        if not use or peak is None:
+            return None
+        bound = max(use, key=lambda k: use[k])
+        if not bound.startswith(("tpot", "itl")) or any(
+                v > COUNT_TRADE_HEADROOM for k, v in use.items() if k != bound):
             return None
         dist = self._space.param(seqs).distribution()
         counts = (dist.choices if isinstance(dist, CategoricalDistribution)

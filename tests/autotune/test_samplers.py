@@ -400,3 +400,50 @@ def test_line_sweep_goes_on_from_the_runner_up_layout(tmp_path: Path) -> None:
     _run(study, space, 30, runner_up_peaks)
     found = [t for t in study.trials if t.value == 70.0]
     assert found and found[0].system_attrs.get(keys.SWEEP_AXIS) == "max_num_seqs"
+
+
+def _tell_reference(study: optuna.Study, space: object, reference: dict[str, object],
+                    slo_use: dict[str, float], peak: int) -> None:
+    """The reference measured, with what the recorder sets from its replay at capacity."""
+    study.enqueue_trial(reference)
+    trial = study.ask()
+    space.suggest(trial)  # type: ignore[attr-defined]
+    trial.set_user_attr(keys.SLO_USE, slo_use)
+    trial.set_user_attr(keys.PEAK_IN_FLIGHT, peak)
+    trial.set_constraint("slo", -1.0)
+    study.tell(trial, 50.0)
+
+
+TP8_1024 = {"parallelism": "TP8", "max_num_seqs": 1024, "enable_chunked_prefill": True,
+            "long_prefill_token_threshold": 0}
+
+
+def test_where_tpot_bound_the_count_goes_first_and_layouts_hold_the_requests_reached(
+        tmp_path: Path) -> None:
+    """A reference bound by its TPOT ceiling, with 220 requests in flight at capacity: the
+    count can cut the batch, so it is swept first, and each layout is judged at the smallest
+    count that holds 220 requests over its ranks (not at 1024 spread over them, a count its
+    engine never reaches)."""
+    study, space = _sweep_study(tmp_path, text=LAYOUT_SPACE)
+    _tell_reference(study, space, TP8_1024, {"ttft_p99_ms": 0.1, "tpot_p99_ms": 0.9}, 220)
+    _run(study, space, 16, lambda params: 50.0)
+    axes = [t.system_attrs.get(keys.SWEEP_AXIS) for t in study.trials[1:]]
+    assert axes[:5] == ["max_num_seqs"] * 5, axes  # 512 ... 32 across the plateau
+    layouts = {t.params["parallelism"]: t.params["max_num_seqs"] for t in study.trials
+               if t.system_attrs.get(keys.SWEEP_AXIS) == "parallelism"}
+    assert layouts == {"TP8+EP": 256, "DP2xTP4+EP": 128, "DP4xTP2+EP": 64, "DP8+EP": 32}
+
+
+@pytest.mark.parametrize("slo_use, peak", [
+    ({"ttft_p99_ms": 0.9, "tpot_p99_ms": 0.5}, 220),  # TTFT bound: fewer sequences queue more
+    ({"ttft_p99_ms": 0.4, "tpot_p99_ms": 0.95}, 35),  # prefill-stalled: no count cuts 35 by half
+    ({"ttft_p99_ms": 0.99, "tpot_p99_ms": 1.0}, 220),  # both at the ceiling: no TTFT to trade
+])
+def test_where_the_count_cannot_relieve_the_bound_the_layout_goes_first(
+        tmp_path: Path, slo_use: dict[str, float], peak: int) -> None:
+    study, space = _sweep_study(tmp_path, text=LAYOUT_SPACE)
+    _tell_reference(study, space, TP8_1024, slo_use, peak)
+    _run(study, space, 3, lambda params: 50.0)
+    assert study.trials[1].system_attrs[keys.SWEEP_AXIS] == "parallelism"
+    assert study.trials[1].params["parallelism"] == "TP8+EP"
+    assert study.trials[1].params["max_num_seqs"] == 1024  # the deployment's count kept

@@ -8,6 +8,7 @@ import optuna
 import pytest
 
 from autotune.campaign.study import CampaignRequest, StudyController
+from autotune.domain import optuna_keys as keys
 from autotune.domain.deployment import DEMO
 from autotune.domain.slo import parse_slo
 from autotune.measure.executors import InlineExecutor
@@ -18,13 +19,14 @@ from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import DEMO_TRACE
 
 pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
+SLO = "ttft_p99<=2s,tpot_p99<=50ms"
 
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, int]:
     url = f"sqlite:///{tmp_path_factory.mktemp('study') / 'a.db'}"
     upgrade(url)
-    request = CampaignRequest(deployment=DEMO, campaign="c1", slo=parse_slo("ttft_p99<=2s,tpot_p99<=50ms"),
+    request = CampaignRequest(deployment=DEMO, campaign="c1", slo=parse_slo(SLO),
                               trace=load_trace(DEMO_TRACE), trace_ref=str(DEMO_TRACE),
                               # Random proposals: some break the rules within 12 trials, which
                               # the default sampler's line sweep (valid steps) rarely does.
@@ -88,6 +90,12 @@ def test_best_trial_is_feasible_and_constraints_reach_optuna(finished: tuple[str
         assert ft.user_attrs["failure_class"] == (t.failure_class or "none")
         assert {k.removeprefix("constraint:"): v for k, v in ft.user_attrs.items()
                 if k.startswith("constraint:")} == pytest.approx(t.constraints)
+        if t.feasible:  # what the line sweep reads of the replay at capacity
+            peak = max(r["max_concurrent_requests"] for r in t.replays if r.get("at_capacity"))
+            assert ft.user_attrs[keys.PEAK_IN_FLIGHT] == peak
+            use = ft.user_attrs[keys.SLO_USE]
+            assert use == {k: pytest.approx(t.latency[k] / limit, abs=1e-4)
+                           for k, limit in parse_slo(SLO).to_dict().items()}
 
 
 def test_measured_trials_carry_latency_and_where_they_ran(finished: tuple[str, int]) -> None:
