@@ -381,8 +381,13 @@ class LineSweep(_Wrapper):
         values = _line_values(dist, base[name])
         moves = [self._active(self._move(base, name, v, reach)) for v in values]
         if name == PARALLELISM:
-            return [m for move in moves for m in self._with_prefill_caps(move, measured)
-                    if not self._judged(m, measured)]
+            # Every layout at its first cap before any layout at its second: a layout's first
+            # judgement is its fairest (`_with_prefill_caps`), and with 3 caps each, 4 layouts
+            # judged cap by cap took 10 trials to reach the last one.
+            variants = [self._with_prefill_caps(move, measured) for move in moves]
+            width = max((len(v) for v in variants), default=0)
+            ordered = [v[i] for i in range(width) for v in variants if i < len(v)]
+            return [m for m in ordered if not self._judged(m, measured)]
         if not _ordered(dist):
             return moves
         i = values.index(base[name])
@@ -413,11 +418,11 @@ class LineSweep(_Wrapper):
                            measured: dict[Key, float]) -> list[dict[str, Any]]:
         """A move to a layout whose DP ranks step in lockstep (an MoE model's DP ranks:
         vllm/v1/engine/core.py, run_engine_core starts DPEngineCoreProc for them) with each
-        long-prefill cap the space offers, its own first: there one rank's long prefill holds
-        every rank's decode for the whole step, so the layout is only judged fairly with its
-        prefills chunked. Judged at the caller's cap alone, DP8+EP was the worst layout on
-        benchmarks/search_efficiency.py's document-like trace and, capped at 512 tokens, the
-        best by a third."""
+        long-prefill cap the space offers, the tightest first and none (0) last: there one
+        rank's long prefill holds every rank's decode for the whole step, so the layout is
+        only judged fairly with its prefills chunked. Judged at the caller's cap alone, DP8+EP
+        was the worst layout on benchmarks/search_efficiency.py's document-like trace and,
+        capped at 512 tokens, the best by a third."""
         cap = "long_prefill_token_threshold"
         if not _lockstep(move[PARALLELISM]) or cap not in move:
             return [move]
@@ -427,7 +432,8 @@ class LineSweep(_Wrapper):
                   if dict(key).get(PARALLELISM) == move[PARALLELISM] and cap in dict(key)]
         if {m[cap] for _, m in layout} >= set(caps):
             return [self._active({**move, cap: max(layout, key=lambda m: m[0])[1][cap]})]
-        return [move] + [self._active({**move, cap: v}) for v in caps if v != move[cap]]
+        tightest_first = sorted((v for v in caps if v), key=float) + [v for v in caps if not v]
+        return [self._active({**move, cap: v}) for v in tightest_first]
 
     def _move(self, base: dict[str, Any], name: str, value: Any,
               reach: float | None = None) -> dict[str, Any]:

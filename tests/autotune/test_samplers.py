@@ -364,7 +364,8 @@ parameters:
 def test_a_layout_move_keeps_the_sequence_count_and_tries_prefill_caps_in_lockstep(
         tmp_path: Path) -> None:
     """max_num_seqs is per DP rank, so TP8 at 1024 moves to DP8+EP at 128; a layout whose
-    ranks step in lockstep is also tried with each long-prefill cap."""
+    ranks step in lockstep is tried with each long-prefill cap, every layout at its tightest
+    cap before any at its next."""
     study, space = _sweep_study(tmp_path, text=LAYOUT_SPACE)
     reference = {"parallelism": "TP8", "max_num_seqs": 1024, "enable_chunked_prefill": True,
                  "long_prefill_token_threshold": 0}
@@ -381,6 +382,10 @@ def test_a_layout_move_keeps_the_sequence_count_and_tries_prefill_caps_in_lockst
     assert {p["max_num_seqs"] for p in by_layout["DP8+EP"]} == {128}
     assert sorted(p["long_prefill_token_threshold"] for p in by_layout["DP8+EP"]) == [
         0, 512, 2048]
+    # Every layout once, at the tightest cap, before any layout at a second cap (none last).
+    first = [(p["parallelism"], p.get("long_prefill_token_threshold")) for p in moves[:4]]
+    assert first == [("TP8+EP", 0), ("DP2xTP4+EP", 512), ("DP4xTP2+EP", 512), ("DP8+EP", 512)]
+    assert [p["long_prefill_token_threshold"] for p in moves[4:]] == [2048] * 3 + [0] * 3
 
 
 def test_line_sweep_goes_on_from_the_runner_up_layout(tmp_path: Path) -> None:
