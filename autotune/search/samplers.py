@@ -339,7 +339,7 @@ class LineSweep(_Wrapper):
         admits at most max_num_seqs running requests), spending TTFT's headroom on TPOT. A
         count above the requests the engine reached changes nothing, so the count that can
         matter is near that peak. On benchmarks/search_efficiency.py's chat-like traces
-        (TPOT-bound, 220-290 requests in flight at vLLM's defaults) the count moved capacity
+        (TPOT-bound, 200-300 requests in flight at vLLM's defaults) the count moved capacity
         by half; on the document-like ones (prefill-stalled, under 75 in flight) not at all."""
         reference = _incumbent([t for t in complete if keys.SWEEP_AXIS not in t.system_attrs])
         seqs = "max_num_seqs"
