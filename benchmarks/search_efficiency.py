@@ -51,7 +51,6 @@ import optuna
 from rich.console import Console
 from rich.table import Table
 
-from autotune.domain import optuna_keys as keys
 from autotune.domain.deployment import DEMO, DeploymentSpec
 from autotune.domain.engine_config import EngineConfig
 from autotune.domain.records import CapacitySearch, TrialSpec
@@ -59,11 +58,10 @@ from autotune.domain.slo import parse_slo
 from autotune.measure.capacity import run_trial
 from autotune.search.baselines import deployment_args
 from autotune.search.objective import (
+    capacity_attrs,
     is_feasible,
     outcome_constraints,
-    peak_in_flight,
     rejected_constraints,
-    slo_use,
 )
 from autotune.search.rules import violations
 from autotune.search.samplers import make_sampler
@@ -126,7 +124,7 @@ def _sim_digest() -> str:
 Key = tuple[tuple[str, Any], ...]
 # Capacity (0: infeasible), constraints, censored, and what the line sweep reads of the replay
 # at capacity: the share of each SLO ceiling used and the peak requests in flight (trial user
-# attributes keys.SLO_USE and keys.PEAK_IN_FLIGHT, as the recorder sets them).
+# attributes from search.objective.capacity_attrs, as the recorder sets them).
 Measured = tuple[float, dict[str, float], bool, dict[str, Any]]
 
 
@@ -139,8 +137,7 @@ def measure(trace: Trace, slo_text: str, dep: DeploymentSpec, config: EngineConf
     value = outcome.capacity_output_tok_s if is_feasible(constraints) else 0.0
     top = SEARCH.ladder(trace.duration_s)[-1]
     censored = value > 0 and outcome.capacity_rate_scale >= top  # never failed: a lower bound
-    at_capacity = {keys.SLO_USE: slo_use(outcome, slo), keys.PEAK_IN_FLIGHT: peak_in_flight(outcome)}
-    return value, constraints, censored, at_capacity if outcome.at_capacity else {}
+    return value, constraints, censored, capacity_attrs(outcome, slo)
 
 
 class Objective:

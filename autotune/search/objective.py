@@ -12,7 +12,9 @@ sampler learns where failures are (TPE learns nothing from FAIL trials).
 from __future__ import annotations
 
 import math
+from typing import Any
 
+from autotune.domain import optuna_keys as keys
 from autotune.domain.records import TrialOutcome
 from autotune.domain.slo import SLO
 from autotune.measure.metrics import slo_violations
@@ -37,22 +39,19 @@ def outcome_constraints(outcome: TrialOutcome, slo: SLO) -> dict[str, float]:
     return values
 
 
-def slo_use(outcome: TrialOutcome, slo: SLO) -> dict[str, float]:
-    """Per ceiling, the share of it used at capacity (1: at the ceiling); empty without a
-    capacity. The ceiling with the largest share is the one that bound the capacity."""
+def capacity_attrs(outcome: TrialOutcome, slo: SLO) -> dict[str, Any]:
+    """What the line sweep reads of the replay at capacity, as trial user attributes (empty
+    without a capacity): per SLO ceiling the share of it used (P99 / ceiling; the largest is
+    the ceiling that bound the capacity), and the most requests in flight (running or
+    queued, all DP ranks)."""
     if outcome.at_capacity is None:
         return {}
     values = outcome.at_capacity.model_dump()
     use = {c.key: values[c.key] / c.limit_ms for c in slo.ceilings}
-    return {k: round(v, 4) for k, v in use.items() if math.isfinite(v)}
-
-
-def peak_in_flight(outcome: TrialOutcome) -> int | None:
-    """The most requests in flight (running or queued, all DP ranks) during the replay at
-    capacity; None without one."""
-    at_capacity = [r for r in outcome.replays if r.get("at_capacity")]
-    peak = at_capacity[0].get("max_concurrent_requests") if at_capacity else None
-    return int(peak) if peak is not None else None
+    replay = next((r for r in outcome.replays if r.get("at_capacity")), {})
+    peak = replay.get("max_concurrent_requests")
+    return {keys.SLO_USE: {k: round(v, 4) for k, v in use.items() if math.isfinite(v)},
+            keys.PEAK_IN_FLIGHT: int(peak) if peak is not None else None}
 
 
 def rejected_constraints(slo: SLO, broken_rules: int) -> dict[str, float]:

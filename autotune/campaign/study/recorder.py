@@ -25,11 +25,10 @@ from autotune.domain.records import TrialOutcome
 from autotune.domain.trial_record import TrialRecord
 from autotune.search.baselines import resolved
 from autotune.search.objective import (
+    capacity_attrs,
     is_feasible,
     outcome_constraints,
-    peak_in_flight,
     rejected_constraints,
-    slo_use,
 )
 from autotune.search.rules import Violation
 from autotune.search.space import SearchSpace
@@ -122,8 +121,8 @@ class TrialRecorder:
         if outcome.at_capacity is not None:
             for key in _AT_CAPACITY_P99_KEYS:
                 trial.set_user_attr(key, getattr(outcome.at_capacity, key))
-            trial.set_user_attr(keys.SLO_USE, slo_use(outcome, self.request.slo))
-            trial.set_user_attr(keys.PEAK_IN_FLIGHT, peak_in_flight(outcome))
+        for key, value in capacity_attrs(outcome, self.request.slo).items():
+            trial.set_user_attr(key, value)
         state = (RecordState.MEASURED if outcome.at_recorded_rate is not None
                  else RecordState.FAILED)
         trial.set_user_attr(keys.OUTCOME, state)
