@@ -29,9 +29,11 @@ def test_equal_hash_prefixes_give_equal_tokens(reqs: list[tuple[list[int], int]]
                 common += 1
             shared = min(common * BLOCK, n, reqs[j][1])
             assert prompts[i][:shared] == prompts[j][:shared]
-            # The block after the shared prefix differs (16 random ids from 990 never collide).
-            if shared < min(n, reqs[j][1]) and shared == common * BLOCK:
-                end = min(shared + BLOCK, n, reqs[j][1])
+            # The block after the shared prefix differs. Judged only where both prompts hold at
+            # least 4 of its tokens: one random id from about 990 repeats 1 time in 990 (a flake
+            # seen once), four together 1 in 10**12.
+            end = min(shared + BLOCK, n, reqs[j][1])
+            if shared == common * BLOCK and end - shared >= 4:
                 assert prompts[i][shared:end] != prompts[j][shared:end]
 
 
