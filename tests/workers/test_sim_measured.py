@@ -11,7 +11,7 @@ from autotune.measure.metrics import summarize
 from autotune.search.baselines import guide_heuristic
 from autotune.traffic.trace import Trace
 from autotune.workers.sim.backend import SimulatorBackend
-from autotune.workers.sim.perf import PerfModel
+from autotune.workers.sim.perf import PerfModel, RankBatch
 from autotune.workers.sim.perf_measured import MeasuredPerfModel
 
 FP8 = "fp8_block/fp8_block"
@@ -75,6 +75,27 @@ def test_measured_decode_runs_sum_in_closed_form(overrides: dict[str, object]) -
     assert results[0]["completed"] == 80
     for key in ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "e2e_p99_ms", "output_tok_s"):
         assert results[0][key] == pytest.approx(results[1][key], rel=1e-9), key
+
+
+@pytest.mark.parametrize(("seqs", "idle_ranks"), [([40, 17, 3], 1), ([600, 1], 0), ([64], 3)])
+def test_lockstep_decode_runs_price_every_step_as_one_step_does(seqs: list[int],
+                                                                idle_ranks: int) -> None:
+    """A lockstep decode run, priced for all its steps at once, gives for each step exactly
+    what pricing that step alone gives: the slowest rank's time, graphs padded to the largest
+    rank's batch (600 sequences are past the largest capture size: eager), contexts crossing
+    the table's grid points and passing its last."""
+    config = guide_heuristic(DEMO).merged(tensor_parallel_size=2, data_parallel_size=4,
+                                          enable_expert_parallel=True, max_num_seqs=1024)
+    perf = _started(config, step_model="measured", step_precision=FP8).perf
+    assert isinstance(perf, MeasuredPerfModel)
+    steps = 3000
+    top = perf.table.kv_per_seq[-1]  # the last rank's contexts run past the grid's last point
+    kv_tokens = [m * (500 + 700 * i) for i, m in enumerate(seqs[:-1])] + [seqs[-1] * (top - 1000)]
+    run = perf.lockstep_decode_s(seqs, kv_tokens, idle_ranks, steps)
+    batches = [[RankBatch(m, kv0 + m * j, 0, 0, 0.0) for m, kv0 in zip(seqs, kv_tokens)]
+               + [None] * idle_ranks for j in range(steps)]
+    one_by_one = [perf.lockstep_step_s(b) for b in batches]
+    assert run.tolist() == one_by_one
 
 
 def test_campaign_settings_pass_the_step_model_only_when_asked_for() -> None:

@@ -81,9 +81,20 @@ class MeasuredPerfModel(PerfModel):
     def lockstep_decode_s(self, seqs: list[int], kv_tokens: list[int], idle_ranks: int,
                           steps: int) -> np.ndarray:
         padded = self._padded_to([*seqs, *([1] * idle_ranks)], True)
-        out = np.empty(steps)
-        dummy = self._rank_s(None, padded) if idle_ranks else 0.0
-        for j in range(steps):
-            out[j] = max([dummy, *(self._rank_s(RankBatch(m, kv0 + m * j, 0, 0, 0.0), padded)
-                                   for m, kv0 in zip(seqs, kv_tokens, strict=True))])
+        out = np.full(steps, self._rank_s(None, padded) if idle_ranks else 0.0)
+        step = np.arange(steps)
+        for m, kv0 in zip(seqs, kv_tokens, strict=True):
+            np.maximum(out, self._rank_decode_s(m, kv0 + m * step, padded), out=out)
         return out
+
+    def _rank_decode_s(self, seqs: int, kv_tokens: np.ndarray, padded_to: int | None
+                       ) -> np.ndarray:
+        """`_rank_s` of one rank's decode-only steps (seqs sequences over kv_tokens context
+        tokens at each step) for every step of a run at once."""
+        graphed = padded_to is not None
+        width = padded_to if padded_to is not None else seqs
+        gpu = self.table.decode_run_ms(width, kv_tokens) / 1e3
+        if not graphed and (not self.graphs or width > self.graphs[-1]):
+            gpu += self._eager_s
+        cpu = self._cpu_s(seqs, 0)
+        return np.maximum(gpu, cpu) if self.overlap_cpu else gpu + cpu

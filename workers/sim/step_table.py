@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from autotune.domain.catalogue import Model
 
 TABLES_DIR = Path(__file__).resolve().parent / "kernels"
@@ -63,6 +65,18 @@ def _segment(axis: list[float], x: float) -> tuple[int, float]:
         return 0, 0.0
     i = min(bisect.bisect_right(axis, x) - 1, len(axis) - 2)
     return i, (x - axis[i]) / (axis[i + 1] - axis[i])
+
+
+def _segments(axis: list[float], x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`_segment` of every value of x at once (the same arithmetic, so the same floats)."""
+    if len(axis) == 1:
+        return np.zeros(len(x), dtype=np.intp), np.zeros(len(x))
+    grid = np.asarray(axis)
+    i = np.minimum(np.searchsorted(grid, x, side="right") - 1, len(axis) - 2)
+    below = x <= grid[0]
+    i = np.where(below, 0, i)
+    w = np.where(below, 0.0, (x - grid[i]) / (grid[i + 1] - grid[i]))
+    return i, w
 
 
 @dataclass(frozen=True)
@@ -139,6 +153,23 @@ class StepTable:
         if prefill_context > 0 and prefill_tokens > 0:  # the chunk's attention over its prefix
             total += self._prefill_ctx_ms(prefill_tokens, prefill_context) - self._prefill_ctx_ms(
                 prefill_tokens, 0.0)
+        return total
+
+    def decode_run_ms(self, decode_seqs: float, decode_kv_tokens: np.ndarray) -> np.ndarray:
+        """`gpu_ms(decode_seqs, kv)` of decode-only steps, one per value of decode_kv_tokens,
+        computed at once: a lockstep decode run's ranks step by step, where the maximum over
+        the ranks is not affine and the run cannot be summed in closed form."""
+        if decode_seqs <= 0:
+            return np.zeros(len(decode_kv_tokens))
+        bi, bw = _segment(self.decode_seqs, decode_seqs)
+        ki, kw = _segments(self.kv_per_seq, decode_kv_tokens / decode_seqs)
+        total = np.zeros(len(decode_kv_tokens))
+        for b, wb in ((bi, 1 - bw), (bi + 1, bw)):
+            if wb == 0.0:
+                continue
+            row = np.asarray(self.ms[0][b])
+            lo, hi = row[ki], row[np.minimum(ki + 1, len(row) - 1)]
+            total += wb * np.where(kw != 0.0, (1 - kw) * lo + kw * hi, lo)
         return total
 
     def _prefill_ctx_ms(self, tokens: float, context: float) -> float:
