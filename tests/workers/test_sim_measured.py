@@ -92,8 +92,9 @@ def test_lockstep_decode_runs_price_every_step_as_one_step_does(seqs: list[int],
     top = perf.table.kv_per_seq[-1]  # the last rank's contexts run past the grid's last point
     kv_tokens = [m * (500 + 700 * i) for i, m in enumerate(seqs[:-1])] + [seqs[-1] * (top - 1000)]
     run = perf.lockstep_decode_s(seqs, kv_tokens, idle_ranks, steps)
-    batches = [[RankBatch(m, kv0 + m * j, 0, 0, 0.0) for m, kv0 in zip(seqs, kv_tokens)]
-               + [None] * idle_ranks for j in range(steps)]
+    ranks = list(zip(seqs, kv_tokens, strict=True))
+    batches = [[RankBatch(m, kv0 + m * j, 0, 0, 0.0) for m, kv0 in ranks] + [None] * idle_ranks
+               for j in range(steps)]
     one_by_one = [perf.lockstep_step_s(b) for b in batches]
     assert run.tolist() == one_by_one
 
