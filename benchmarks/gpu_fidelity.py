@@ -12,7 +12,7 @@ gpu_memory_utilization, block size, CUDA-graph capture sizes; max_model_len ISL 
 the rows' harness sets it, see HARNESS_CONTEXT_MARGIN),
 and a closed loop of `silicon_concurrency` clients sending requests of exactly ISL prompt and OSL
 output tokens, each client its next request as soon as its last one finished, the clients' first
-sends spread over one request's service time (`client_starts`: not phase-locked; --clients
+sends spread over one request's service time (`spread_starts`: not phase-locked; --clients
 together for all at once).
 
 How many requests: aiconfigurator's benchmark harness (ai-dynamo/aiconfigurator, generator/
@@ -65,6 +65,7 @@ from autotune.domain.catalogue import Model
 from autotune.domain.deployment import DeploymentSpec
 from autotune.errors import ConfigError, EngineStartError
 from autotune.search.baselines import vllm_defaults
+from autotune.workers.sim.closed_loop import spread_starts
 from autotune.workers.sim.engine import replay_closed_loop, start_perf
 from autotune.workers.sim.profile import find_profile
 from autotune.workers.sim.shape import engine_shape
@@ -157,30 +158,10 @@ def simulate(m: MatchedRow, table_wanted: bool, rounds: tuple[int, int], stat: s
         return f"sim: {str(exc).splitlines()[0]}", chosen.name
     warmup, measured = rounds
     n = (warmup + measured) * r.concurrency
-    starts = client_starts(perf, r.isl, r.osl, r.concurrency) if clients == "spread" else None
-    result = replay_closed_loop(perf, np.full(n, r.isl), np.full(n, r.osl), r.concurrency, seed,
-                                start_s=starts)
+    isl, osl = np.full(n, r.isl), np.full(n, r.osl)
+    starts = spread_starts(perf, isl, osl, r.concurrency) if clients == "spread" else None
+    result = replay_closed_loop(perf, isl, osl, r.concurrency, seed, start_s=starts)
     return _latencies_ms(result, warmup * r.concurrency, stat), ("measured" if table else ROOFLINE)
-
-
-def client_starts(perf: object, isl: int, osl: int, concurrency: int) -> np.ndarray:
-    """Each client's first send time, spread evenly over one request's service time (OSL
-    decode steps at the row's batch per rank, from the row's own step model): the closed loop
-    in the desynchronised steady state a real stack reaches, not phase-locked. With every
-    request the same length, clients that start together finish together and send together
-    forever in a deterministic model; in vLLM they do not stay together: concurrent requests
-    reach the engine core one at a time (`vllm/v1/engine/async_llm.py::AsyncLLM.add_request`,
-    each request processed by the front end and sent over ZMQ on its own) and the busy loop
-    starts a step with whatever has arrived (`vllm/v1/engine/core.py::EngineCoreProc.
-    _process_input_queue`: it blocks only while there is no work), so any jitter in a
-    request's round trip splits a group, and requests of equal length once apart stay apart.
-    The kernel data say the rows were not phase-locked: e.g. Llama-3.1-70B FP8 TP4 on H100 at
-    concurrency 4, ISL 1024: four prompts in one step take 213 ms in the measured table, one
-    prompt with three decodes 75 ms, and the row's TTFT is 80.5 ms."""
-    shape = perf.shape  # type: ignore[attr-defined]
-    batch = min(max(1, -(-concurrency // shape.data_parallel_size)), shape.max_num_seqs)
-    step = perf.step_s(batch, batch * (isl + osl / 2))  # type: ignore[attr-defined]
-    return np.arange(concurrency) * (osl * step / concurrency)
 
 
 def judge_row(m: MatchedRow, with_aic: bool, rounds: tuple[int, int], stat: str,
@@ -275,7 +256,7 @@ def main() -> None:
                              "max_num_batched_tokens")
     parser.add_argument("--clients", choices=("spread", "together"), default="spread",
                         help="clients' first sends spread over one request's service time "
-                             "(the desynchronised steady state; client_starts), or all at once "
+                             "(the desynchronised steady state; spread_starts), or all at once "
                              "(phase-locked, the method before issue 30's TTFT analysis)")
     args = parser.parse_args()
     console = Console(width=200)

@@ -104,6 +104,12 @@ def sweep(
     profile: Annotated[Path | None, typer.Option(
         help="sim backend: a simulator profile file (default: the newest calibrated one, else "
              "bundled).")] = None,
+    client_starts: Annotated[str, typer.Option(
+        help="sim backend: together (every client's first request at once, as vllm bench "
+             "serve sends them; with equal lengths the simulated clients stay phase-locked) "
+             "or spread (first requests spread over one request's service time: the "
+             "desynchronised state). A real engine's TTFT lies between the two.")
+    ] = "together",
     seed: Annotated[int, typer.Option(help="Replay seed.")] = 0,
     out: Annotated[Path | None, typer.Option(
         help="Also write the sweep's JSON object to this file (atomically), e.g. under "
@@ -130,6 +136,10 @@ def sweep(
     if backend == "vllm" and (profile or step_precision or step_model != "roofline"):
         raise ConfigError("--step-model, --step-precision and --profile are for --backend sim; "
                           "a real engine has its own step times")
+    if backend == "vllm" and client_starts != "together":
+        raise ConfigError(f"--client-starts {client_starts!r}: a real engine's clients all send "
+                          "at once (together), as vllm bench serve's do; spread is for "
+                          "--backend sim")
     if profile is not None and not profile.is_file():
         raise ConfigError(f"--profile {profile}: no such file")
     if out is not None and out.is_dir():
@@ -138,14 +148,14 @@ def sweep(
     options = backend_options(backend, settings, model_path, engine_arg or [])
     if backend == "sim":
         options = {**options, "step_model": step_model, "step_precision": step_precision,
-                   "profile": str(profile) if profile else None}
+                   "profile": str(profile) if profile else None, "client_starts": client_starts}
     if model is None:
         if backend == "sim":
             raise ConfigError("--backend sim needs --model (a catalogue name, Hugging Face id or "
                               "config.json), e.g. --model Llama-3.1-8B")
         model = str(options["model_path"])
     load = SweepLoad(tuple(parse_concurrencies(max_concurrency)), num_prompts,
-                     prompts_per_client, input_len, output_len)
+                     prompts_per_client, input_len, output_len, client_starts)
     if trace is not None and input_len is not None:
         raise ConfigError("give --trace or --input-len/--output-len, not both")
     dep = DeploymentSpec.build(name="bench-sweep", model=model, gpu=gpu, gpu_count=tp,
@@ -174,7 +184,8 @@ def sweep(
         atomic_write_text(out, json.dumps(output.clean(record), indent=1, allow_nan=False) + "\n")
     console.print(_table(record))
     if record["step_model"]:
-        console.print(f"step model: {record['step_model']}", highlight=False)
+        console.print(f"step model: {record['step_model']}; clients' first requests: "
+                      f"{client_starts}", highlight=False)
     if out is not None:
         console.print(f"wrote {out}", highlight=False)
     if as_json:

@@ -68,3 +68,18 @@ def serve_metrics(result: ReplayResult, prompt_tokens: np.ndarray) -> dict[str, 
         for stat, value in _stats_ms(values, weights).items():
             row[f"{stat}_{name}_ms"] = value
     return row
+
+
+CLUMP_GAP_S = 1e-3  # sends closer together than this answered finishes of one engine step
+
+
+def send_clump_mean(sent_s: np.ndarray, skip: int) -> float:
+    """Requests per clump of sends after the first `skip` (a closed loop's first round, sent
+    at once by construction): a clump is a run of sends each under CLUMP_GAP_S after the one
+    before. With equal request lengths, 1 means the clients are desynchronised and the
+    concurrency means they are phase-locked (docs/guides/simulator.md). Not one of vllm bench
+    serve's figures: NaN where fewer than two sends are left."""
+    sends = np.sort(np.asarray(sent_s, dtype=float))[skip:]
+    if len(sends) < 2:
+        return math.nan
+    return len(sends) / (1 + int(np.sum(np.diff(sends) >= CLUMP_GAP_S)))

@@ -19,7 +19,7 @@ from autotune.domain.engine_config import EngineConfig
 from autotune.domain.step_timings import steps_to_json
 from autotune.errors import SettingError
 from autotune.measure.backends import EngineBackend
-from autotune.measure.bench_metrics import serve_metrics
+from autotune.measure.bench_metrics import send_clump_mean, serve_metrics
 from autotune.traffic.load import ClosedLoop
 from autotune.traffic.trace import Trace
 
@@ -57,6 +57,7 @@ class SweepLoad:
     prompts_per_client: int | None = None
     input_len: int | None = None
     output_len: int | None = None
+    client_starts: str = "together"  # or "spread": simulated engines only (sim backend option)
 
     def __post_init__(self) -> None:
         if self.num_prompts is not None and self.prompts_per_client is not None:
@@ -76,7 +77,8 @@ class SweepLoad:
 
     def describe(self) -> dict[str, Any]:
         return {"input_len": self.input_len, "output_len": self.output_len,
-                "num_prompts": self.num_prompts, "prompts_per_client": self.prompts_per_client}
+                "num_prompts": self.num_prompts, "prompts_per_client": self.prompts_per_client,
+                "client_starts": self.client_starts}
 
 
 def run_sweep(backend: EngineBackend, config: EngineConfig, deployment: DeploymentSpec,
@@ -94,7 +96,9 @@ def run_sweep(backend: EngineBackend, config: EngineConfig, deployment: Deployme
         for concurrency, trace in zip(load.concurrencies, requests, strict=True):
             result = backend.replay_closed_loop(trace, concurrency, seed)
             row: dict[str, Any] = {"max_concurrency": concurrency, "num_prompts": len(trace),
-                                   **serve_metrics(result, trace.prompt_tokens)}
+                                   **serve_metrics(result, trace.prompt_tokens),
+                                   "send_clump_mean": send_clump_mean(result.scheduled_s,
+                                                                      concurrency)}
             if result.step_times:
                 row["step_times"] = steps_to_json(result.step_times)
             rows.append(row)

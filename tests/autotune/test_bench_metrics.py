@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from autotune.domain.records import ReplayResult
-from autotune.measure.bench_metrics import serve_metrics
+from autotune.measure.bench_metrics import send_clump_mean, serve_metrics
 
 
 def _result(**overrides: object) -> ReplayResult:
@@ -52,3 +52,12 @@ def test_no_completed_request_gives_no_latency() -> None:
     row = serve_metrics(_result(failed=np.ones(4, dtype=bool), itl_s=np.array([])), np.ones(4))
     assert row["completed"] == 0 and row["output_throughput"] == 0
     assert math.isnan(row["median_ttft_ms"]) and math.isnan(row["p99_itl_ms"])
+
+
+def test_send_clump_mean_counts_requests_per_clump_after_the_first_round() -> None:
+    # A first round of 4 at once (skipped), then clumps of 2, 1 and 3: sends 0.3 ms apart are
+    # one clump, 1 ms or more apart two.
+    sends = [0, 0, 0, 0, 0.5, 0.5003, 0.9, 1.4, 1.4001, 1.4011 - 1e-6]  # 0.999 ms: one clump
+    assert send_clump_mean(np.array(sends), skip=4) == pytest.approx(6 / 3)
+    assert send_clump_mean(np.array([0.0, 1.0, 2.0]), skip=0) == 1.0  # desynchronised
+    assert np.isnan(send_clump_mean(np.array([0.0, 1.0]), skip=1))

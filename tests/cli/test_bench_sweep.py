@@ -16,7 +16,7 @@ ROW_KEYS = {"max_concurrency", "num_prompts", "duration", "completed", "failed",
             "total_input_tokens", "total_output_tokens", "request_throughput",
             "output_throughput", "total_token_throughput",
             *(f"{s}_{m}_ms" for s in ("mean", "median", "p99")
-              for m in ("ttft", "tpot", "itl", "e2el"))}
+              for m in ("ttft", "tpot", "itl", "e2el")), "send_clump_mean"}
 
 
 def test_a_sim_sweep_prints_one_object_and_writes_the_same(
@@ -37,6 +37,24 @@ def test_a_sim_sweep_prints_one_object_and_writes_the_same(
     # More clients, more tokens per second, each of them slower.
     tput = [r["output_throughput"] for r in runs]
     assert tput == sorted(tput) and runs[-1]["median_tpot_ms"] > runs[0]["median_tpot_ms"]
+
+
+def test_spread_client_starts_desynchronise_equal_requests(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """Equal requests from clients that start together stay phase-locked (each prompt waits
+    for its clump's prefill); spread over one request's time, each prompt is prefilled beside
+    the others' decodes, and TTFT falls. The record says which ran."""
+    records = {}
+    for starts in ("together", "spread"):
+        code = main([*SIM, "--max-concurrency", "16", "--prompts-per-client", "6",
+                     "--client-starts", starts, "--json"])
+        records[starts] = json.loads(capfd.readouterr().out)
+        assert code == 0 and records[starts]["load"]["client_starts"] == starts
+    together, spread = (records[k]["runs"][0] for k in ("together", "spread"))
+    assert spread["median_ttft_ms"] < 0.5 * together["median_ttft_ms"]
+    # Together the 16 clients stay in clumps as the token budget first admitted them.
+    assert spread["send_clump_mean"] == 1 < together["send_clump_mean"]
+    assert spread["completed"] == together["completed"] == 96
 
 
 def test_a_traces_lengths_and_a_fixed_count(capfd: pytest.CaptureFixture[str]) -> None:
@@ -62,6 +80,10 @@ def test_a_traces_lengths_and_a_fixed_count(capfd: pytest.CaptureFixture[str]) -
     (["bench", "sweep", "--backend", "vllm", "--max-concurrency", "4", "--input-len", "8",
       "--output-len", "8"], "needs --model-path"),
     ([*SIM, "--max-concurrency", "4", "--backend", "tgi"], "expected sim or vllm"),
+    ([*SIM, "--max-concurrency", "4", "--client-starts", "staggered"],
+     "client_starts='staggered': expected one of together, spread"),
+    (["bench", "sweep", "--backend", "vllm", "--max-concurrency", "4", "--input-len", "8",
+      "--output-len", "8", "--client-starts", "spread"], "spread is for --backend sim"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(
         tmp_path: Path, capfd: pytest.CaptureFixture[str], args: list[str],

@@ -12,8 +12,9 @@ from autotune.domain.deployment import DEMO, DeploymentSpec
 from autotune.domain.records import ReplayResult
 from autotune.search.baselines import vllm_defaults
 from autotune.traffic.formats import load_trace
-from autotune.traffic.trace import DEMO_TRACE
+from autotune.traffic.trace import DEMO_TRACE, Trace
 from autotune.workers.sim.backend import SimulatorBackend
+from autotune.workers.sim.closed_loop import spread_starts
 from autotune.workers.sim.engine import replay_closed_loop, replay_trace_closed_loop
 from autotune.workers.sim.perf import PerfModel
 
@@ -176,6 +177,27 @@ def test_client_start_times_stagger_the_first_sends_and_desynchronise_equal_requ
     assert spread.ttft_s[2 * n:].mean() < together.ttft_s[2 * n:].mean()
     with pytest.raises(ValueError, match="start_s"):
         replay_closed_loop(perf, prompts, outputs, n, 0, start_s=np.zeros(n - 1))
+
+
+@pytest.mark.parametrize("layout", ["single", "dense-dp2", "dep2"])
+def test_spread_starts_cover_one_request_and_the_trace_replay_uses_them(layout: str) -> None:
+    """spread_starts: the clients' first sends evenly over one request's service time (its
+    output tokens' decode steps at the batch each rank holds), which the trace closed loop
+    sends when asked to; together is the default."""
+    perf, n = _perf(layout), 8
+    prompts, outputs = np.full(4 * n, 1024), np.full(4 * n, 200)
+    starts = spread_starts(perf, prompts, outputs, n)
+    per_rank = -(-n // perf.shape.data_parallel_size)
+    one_request_s = 200 * perf.step_s(per_rank, per_rank * (1024 + 100))
+    assert starts == pytest.approx(np.arange(n) * one_request_s / n)
+    trace = Trace.from_columns("equal", arrival_s=np.zeros(4 * n), prompt_tokens=prompts,
+                               output_tokens=outputs)
+    spread = replay_trace_closed_loop(perf, trace, n, 0, client_starts="spread")
+    assert spread.scheduled_s[:n] == pytest.approx(starts)
+    together = replay_trace_closed_loop(perf, trace, n, 0)
+    assert (together.scheduled_s[:n] == 0).all()
+    with pytest.raises(ValueError, match="client_starts='later'"):
+        replay_trace_closed_loop(perf, trace, n, 0, client_starts="later")
 
 
 @pytest.mark.parametrize("layout", ["single", "dense-dp2", "dep2"])

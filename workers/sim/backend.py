@@ -13,6 +13,7 @@ from autotune.measure.backends import EngineBackend
 from autotune.settings import get_settings
 from autotune.traffic.trace import Trace
 from autotune.workers.sim.calibrate import calibrate
+from autotune.workers.sim.closed_loop import CLIENT_STARTS
 from autotune.workers.sim.engine import replay, replay_trace_closed_loop, start_perf
 from autotune.workers.sim.perf import EngineShape, PerfModel
 from autotune.workers.sim.perf_measured import MeasuredPerfModel
@@ -35,7 +36,9 @@ class SimulatorBackend(EngineBackend):
     `step_model` ("roofline", the default, or "measured": GPU step times from the committed
     measured table for the deployment's GPU, model, parallel layout and `step_precision`, the
     checkpoint's own precision unless given, falling back to the roofline where there is none;
-    `notes()["step_model"]` names which ran).
+    `notes()["step_model"]` names which ran), `client_starts` (closed loops: "together", every
+    client's first send at once as `vllm bench serve` sends them, or "spread" over one
+    request's service time, the desynchronised state: `closed_loop.spread_starts`).
     """
 
     name = "sim"
@@ -43,10 +46,15 @@ class SimulatorBackend(EngineBackend):
 
     def __init__(self, skip_decode_runs: bool = True, profile: str | None = None,
                  cpu_kvcache_space_gib: float = 1.0, replay_delay_s: float = 0.0,
-                 step_model: str = ROOFLINE, step_precision: str | None = None) -> None:
+                 step_model: str = ROOFLINE, step_precision: str | None = None,
+                 client_starts: str = "together") -> None:
         if step_model not in STEP_MODELS:
             raise ConfigError(f"sim backend option step_model={step_model!r}: expected one of "
                               f"{', '.join(STEP_MODELS)}")
+        if client_starts not in CLIENT_STARTS:
+            raise ConfigError(f"sim backend option client_starts={client_starts!r}: expected "
+                              f"one of {', '.join(CLIENT_STARTS)}")
+        self.client_starts = client_starts
         self._perf: PerfModel | None = None
         self._step_label = ""
         self.step_model, self.step_precision = step_model, step_precision
@@ -110,7 +118,7 @@ class SimulatorBackend(EngineBackend):
         assert isinstance(trace, Trace) and self._perf is not None, "start() first"
         deadline = time.monotonic() + self.replay_delay_s
         result = replay_trace_closed_loop(self._perf, trace, max_concurrency, seed,
-                                          self.skip_decode_runs)
+                                          self.skip_decode_runs, self.client_starts)
         time.sleep(max(0.0, deadline - time.monotonic()))  # replay_delay_s: see the class doc
         return result
 

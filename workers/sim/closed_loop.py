@@ -38,6 +38,29 @@ from autotune.workers.sim.scheduler import (
     _Router,
 )
 
+CLIENT_STARTS = ("together", "spread")
+
+
+def spread_starts(perf: PerfModel, prompt_tokens: np.ndarray, output_tokens: np.ndarray,
+                  concurrency: int) -> np.ndarray:
+    """Each client's first send time, spread evenly over one request's service time (the mean
+    output length in decode steps at the batch each DP rank holds, from the engine's own step
+    model): the closed loop in the desynchronised state, not phase-locked.
+
+    With every request the same length, clients that start together finish together and send
+    together forever in a deterministic model. In vLLM concurrent requests reach the engine core
+    one at a time (`vllm/v1/engine/async_llm.py::AsyncLLM.add_request`: each is processed by
+    the front end and sent over ZMQ on its own) and the busy loop starts a step with whatever
+    has arrived (`vllm/v1/engine/core.py::EngineCoreProc._process_input_queue`), so jitter in a
+    request's round trip splits a group, and jitter can merge groups again. A real engine sits
+    between the two start states, and not always at the same place
+    (docs/benchmarks/gpu-fidelity.md, "Closed loops on a real engine")."""
+    shape = perf.shape
+    batch = min(max(1, -(-concurrency // shape.data_parallel_size)), shape.max_num_seqs)
+    isl, osl = float(np.mean(prompt_tokens)), float(np.mean(output_tokens))
+    step = perf.step_s(batch, batch * (isl + osl / 2))
+    return np.arange(concurrency) * (osl * step / concurrency)
+
 
 class _Clients:
     """The clients: when each is next free, and the requests still to send, in order."""

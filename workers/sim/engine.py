@@ -9,7 +9,7 @@ from autotune.domain.deployment import DeploymentSpec
 from autotune.domain.records import ReplayResult
 from autotune.errors import EngineStartError
 from autotune.traffic.trace import Trace
-from autotune.workers.sim.closed_loop import simulate_closed_loop
+from autotune.workers.sim.closed_loop import CLIENT_STARTS, simulate_closed_loop, spread_starts
 from autotune.workers.sim.perf import EngineShape, PerfModel, StartFailure
 from autotune.workers.sim.perf_measured import MeasuredPerfModel
 from autotune.workers.sim.profile import Profile
@@ -63,9 +63,18 @@ def replay_closed_loop(perf: PerfModel, prompt_tokens: np.ndarray, output_tokens
 
 
 def replay_trace_closed_loop(perf: PerfModel, trace: Trace, concurrency: int, seed: int,
-                             skip_decode_runs: bool = True) -> ReplayResult:
+                             skip_decode_runs: bool = True,
+                             client_starts: str = "together") -> ReplayResult:
     """As replay_closed_loop, with the trace's requests in its order: their lengths and prefix
-    hashes (shared prefixes hit the cache as in an open-loop replay); arrival times unused."""
+    hashes (shared prefixes hit the cache as in an open-loop replay); arrival times unused.
+    client_starts: "together" (every client's first send at 0, as `vllm bench serve` sends)
+    or "spread" (`closed_loop.spread_starts`)."""
+    if client_starts not in CLIENT_STARTS:
+        raise ValueError(f"client_starts={client_starts!r}: expected one of "
+                         f"{', '.join(CLIENT_STARTS)}")
+    start_s = (spread_starts(perf, trace.prompt_tokens, trace.output_tokens, concurrency)
+               if client_starts == "spread" else None)
     return simulate_closed_loop(perf, trace.prompt_tokens, trace.output_tokens, trace.hash_ids,
                                 trace.hash_block_tokens, concurrency,
-                                np.random.default_rng(seed), skip_decode_runs=skip_decode_runs)
+                                np.random.default_rng(seed), skip_decode_runs=skip_decode_runs,
+                                start_s=start_s)
