@@ -10,13 +10,14 @@
 #      weights (`autotune models make-dummy`: the bundled config, a tokenizer trained here)
 #      on one engine with vLLM's defaults (compiled, CUDA graphs), the same sweep on the
 #      simulator with the measured and the roofline step models, and the CPU step cost fitted
-#      from the real one (`autotune sim fit-cpu`). The three sweep-*.json files are for
+#      from the real one (`autotune sim fit-cpu`); the measured one again with the clients'
+#      first requests spread (the desynchronised bound). The four sweep-*.json files are for
 #      benchmarks/measurements/ (docs/benchmarks/gpu.md).
 # On an H200 (2026-12) the tests took 3 minutes and each trial about 70 s, most of it the
-# engine's start; step 3 is estimated, not yet measured, at 2 minutes (an 8B engine's start
-# with compilation and graph capture, about 90 s, then 1+8+32+128 clients x 2 requests of 512
-# prompt and 128 output tokens, about 20 s; the simulations take seconds). All three come to
-# about 8.5 minutes: under an 8-minute limit run AUTOTUNE_GPU_STEPS="1 3" (or "3") and step 2
+# engine's start; step 3 is estimated, not yet measured, at 2.5 minutes (an 8B engine's start
+# with compilation and graph capture, about 90 s, then 1+8+32+128 clients x 6 requests of 512
+# prompt and 128 output tokens, about 60 s; the simulations take seconds). All three come to
+# about 9 minutes: under an 8-minute limit run AUTOTUNE_GPU_STEPS="1 3" (or "3") and step 2
 # in a second call.
 # Env: AUTOTUNE_GPU_STEPS ("1 2 3"), AUTOTUNE_GPU_TRIALS (3), AUTOTUNE_GPU_TRACE (the Azure
 # code trace under AUTOTUNE_TRACES_DIR), AUTOTUNE_GPU_OUT (where logs, the database, the report
@@ -98,9 +99,10 @@ fi
 if [[ "$steps" == *" 3 "* ]]; then
 echo "== 3. a closed-loop sweep of an 8B with dummy weights on $gpu, and the simulator's"
 rm -rf "$out/llama8b"; at models make-dummy "$out/llama8b" --config meta-llama/Llama-3.1-8B
-# Every request 512 in / 128 out, 2 per client: each concurrency's run lasts about 2 requests.
+# Every request 512 in / 128 out, 6 per client: each concurrency's run lasts about 6 requests,
+# enough rounds for the clients' clumping (send_clump_mean) to show past the first.
 sweep=(bench sweep --gpu "$gpu" --max-model-len 2048 --input-len 512 --output-len 128
-       --prompts-per-client 2 --max-concurrency "${AUTOTUNE_GPU_SWEEP:-1,8,32,128}")
+       --prompts-per-client 6 --max-concurrency "${AUTOTUNE_GPU_SWEEP:-1,8,32,128}")
 served=(--model Llama-3.1-8B --model-path "$out/llama8b")
 if [ -n "$dryrun" ]; then  # the same commands on the CPU build, with the tiny model
   rm -rf "$out/tiny"; at models make-tiny "$out/tiny"
@@ -115,6 +117,9 @@ for step_model in measured roofline; do
   at "${sweep[@]}" --model "${served[1]}" --step-model $step_model \
     --out "$out/sweep-sim-$step_model.json" || failed=1
 done
+# The desynchronised bound too: the real TTFT and send_clump_mean lie between the two.
+at "${sweep[@]}" --model "${served[1]}" --step-model measured --client-starts spread \
+  --out "$out/sweep-sim-measured-spread.json" || failed=1
 # The CPU step cost from the real sweep, GPU time from the measured table where one exists
 # (the fit names the step model it used). Exit 2 is a refusal to fit (e.g. every batch
 # GPU-bound under async scheduling), reported, not a failed check.

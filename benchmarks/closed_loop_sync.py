@@ -1,0 +1,144 @@
+"""Closed loops of equal requests on a real vLLM engine against the simulator's two start states.
+
+Every request `--input-len` prompt and `--output-len` output tokens, `--concurrency` clients
+each sending its next request as soon as its last one finished (`vllm bench serve
+--max-concurrency`, and the load of the GPU judge rows, docs/benchmarks/gpu-fidelity.md). In a
+deterministic model such clients stay as they started: all together, they stay phase-locked
+(each prompt waits for its clump's prefill); spread over one request's time, each prompt is
+prefilled alone beside the others' decodes. This benchmark measures where a real engine sits:
+`--passes` runs of the whole sweep on fresh vLLM CPU-build engines serving the tiny model,
+and the simulator (the bundled `cpu` profile) with its clients together and spread
+(`autotune.workers.sim.closed_loop.spread_starts`), side by side.
+
+Per concurrency it prints each pass's mean TTFT and TPOT (the first `--warmup-rounds` x N
+requests left out, as gpu_fidelity.py does) and the mean clump size of their sends
+(`autotune.measure.bench_metrics.send_clump_mean`: 1 is fully desynchronised, N phase-locked),
+the simulator's, and the ratios sim / real (mean of the passes). Nothing is fitted: the `cpu`
+profile's step times came from other runs (docs/benchmarks/simulator-fidelity.md).
+
+Needs the vLLM CPU build: AUTOTUNE_ENGINE__PYTHON=.venv-engine/bin/python (`make engine-venv`).
+About 1 minute per pass on a 2-core VM.
+
+Usage: PYTHONPATH=. .venv/bin/python benchmarks/closed_loop_sync.py [--concurrency 1,4,8,16,32]
+           [--input-len 256] [--output-len 64] [--rounds 24] [--warmup-rounds 2] [--passes 2]
+The last line is JSON: {"concurrency": [...], "real": [[ttft per pass]...], "together": [...],
+"spread": [...], ...}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from autotune.domain.deployment import DeploymentSpec
+from autotune.domain.engine_config import EngineConfig
+from autotune.domain.records import ReplayResult
+from autotune.measure.backends import EngineBackend
+from autotune.measure.bench_metrics import send_clump_mean
+from autotune.measure.sweep import SweepLoad
+from autotune.measure.tiny_model import make_tiny_model
+from autotune.settings import engine_python_env
+from autotune.traffic.trace import Trace
+from autotune.workers.sim.backend import SimulatorBackend
+from autotune.workers.vllm.backend import VllmBackend
+
+MAX_MODEL_LEN = 2048
+
+
+def closed_loop_figures(result: ReplayResult, concurrency: int, warmup_rounds: int
+                        ) -> dict[str, float]:
+    """Mean TTFT and TPOT (ms) of the requests after the warm-up, in send order, and the mean
+    clump size of their sends."""
+    skip = warmup_rounds * concurrency
+    order = np.argsort(result.scheduled_s, kind="stable")[skip:]
+    ttft, e2e = result.ttft_s[order], result.e2e_s[order]
+    out = result.output_tokens[order].astype(float)
+    return {"ttft_ms": 1e3 * float(np.mean(ttft)),
+            "tpot_ms": 1e3 * float(np.mean((e2e - ttft) / np.maximum(out - 1, 1))),
+            "clump": send_clump_mean(result.scheduled_s, skip)}
+
+
+def sweep(backend: EngineBackend, deployment: DeploymentSpec, requests: list[Trace],
+          concurrencies: list[int], warmup_rounds: int) -> list[dict[str, float]]:
+    """The whole sweep on one engine, started once (a real one warmed up first)."""
+    config = EngineConfig.from_mapping({"max_model_len": MAX_MODEL_LEN})
+    backend.start(config, deployment, label="closed-loop-sync")
+    try:
+        backend.warmup(requests[0], 0)
+        return [closed_loop_figures(backend.replay_closed_loop(trace, c, 0), c, warmup_rounds)
+                for c, trace in zip(concurrencies, requests, strict=True)]
+    finally:
+        backend.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--concurrency", default="1,4,8,16,32")
+    parser.add_argument("--input-len", type=int, default=256)
+    parser.add_argument("--output-len", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=24, help="requests per client")
+    parser.add_argument("--warmup-rounds", type=int, default=2)
+    parser.add_argument("--passes", type=int, default=2, help="real passes, each a fresh engine")
+    args = parser.parse_args()
+    engine_python = engine_python_env()
+    if not engine_python or not Path(engine_python).exists():
+        sys.exit("closed_loop_sync: set AUTOTUNE_ENGINE__PYTHON to the vLLM CPU venv's python "
+                 "(make engine-venv)")
+    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    if args.rounds <= args.warmup_rounds or min(concurrencies) < 1 or args.passes < 1:
+        sys.exit("closed_loop_sync: --rounds must exceed --warmup-rounds, concurrencies and "
+                 "--passes must be at least 1")
+    load = SweepLoad(tuple(concurrencies), prompts_per_client=args.rounds,
+                     input_len=args.input_len, output_len=args.output_len)
+    requests = load.requests(None, MAX_MODEL_LEN)
+    deployment = DeploymentSpec.build(name="closed-loop-sync", model="tiny-llama", gpu="cpu",
+                                      gpu_count=1, tensor_parallel_size=1,
+                                      max_model_len=MAX_MODEL_LEN)
+    sim = {starts: sweep(SimulatorBackend(client_starts=starts), deployment, requests,
+                         concurrencies, args.warmup_rounds) for starts in ("together", "spread")}
+    real = []
+    with tempfile.TemporaryDirectory() as tmp:
+        model = make_tiny_model(Path(tmp) / "model")
+        for p in range(args.passes):
+            engine = VllmBackend(model_path=str(model),
+                                 command=[engine_python, "-m", "vllm.entrypoints.openai.api_server"],
+                                 extra_args=["--load-format", "dummy", "--enforce-eager"],
+                                 log_dir=str(Path(tmp) / f"logs-{p}"))
+            real.append(sweep(engine, deployment, requests, concurrencies, args.warmup_rounds))
+
+    table = Table(title=f"closed loop, {args.input_len} in / {args.output_len} out, "
+                        f"{args.rounds} requests per client ({args.warmup_rounds} warm-up)")
+    for col in ("clients", "real TTFT ms (passes)", "sim together", "sim spread",
+                "together / real", "spread / real", "real TPOT ms", "together / real",
+                "spread / real", "real clump (passes)", "together clump", "spread clump"):
+        table.add_column(col, justify="right")
+    out: dict[str, object] = {"concurrency": concurrencies}
+    for key in ("ttft_ms", "tpot_ms", "clump"):
+        out[f"real_{key}"] = [[round(r[i][key], 2) for r in real] for i in range(len(concurrencies))]
+        for starts in ("together", "spread"):
+            out[f"{starts}_{key}"] = [round(row[key], 2) for row in sim[starts]]
+    for i, c in enumerate(concurrencies):
+        def passes(key: str, fmt: str, i: int = i) -> str:
+            return " / ".join(fmt.format(r[i][key]) for r in real)
+
+        mean = {k: float(np.mean([r[i][k] for r in real])) for k in ("ttft_ms", "tpot_ms")}
+        t, s = sim["together"][i], sim["spread"][i]
+        table.add_row(str(c), passes("ttft_ms", "{:.1f}"), f"{t['ttft_ms']:.1f}",
+                      f"{s['ttft_ms']:.1f}", f"{t['ttft_ms'] / mean['ttft_ms']:.2f}",
+                      f"{s['ttft_ms'] / mean['ttft_ms']:.2f}", passes("tpot_ms", "{:.2f}"),
+                      f"{t['tpot_ms'] / mean['tpot_ms']:.2f}",
+                      f"{s['tpot_ms'] / mean['tpot_ms']:.2f}", passes("clump", "{:.1f}"),
+                      f"{t['clump']:.1f}", f"{s['clump']:.1f}")
+    Console(width=220).print(table)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
