@@ -25,6 +25,11 @@ pattern within a round or two, so more rounds would add time, not information. T
 requests, as aiperf's summary reports them (`avg`); the source does not say which statistic the
 rows hold (--stat median to see the other).
 
+The band: each row runs with the other client start state too (phase-locked, or spread if
+--clients together), and a table says how many rows' measured TTFT and TPOT fall below, within
+and above the band the two span (`band_stats`; a real engine's clients sit between the two
+states, docs/benchmarks/gpu-fidelity.md). A diagnostic, not a target; --no-band skips it.
+
 Step model: the measured step table (workers/sim/kernels/) where the repository has one for the
 row's GPU, model, layout and precision, else the roofline (bundled, uncalibrated profile). Where
 a table exists both run, and the roofline's figures on those rows are printed beside.
@@ -34,7 +39,7 @@ aiconfigurator's estimate (benchmarks/gpu_fidelity_aic.py) needs the optional ex
 
 Usage: PYTHONPATH=. .venv/bin/python benchmarks/gpu_fidelity.py [--jobs N] [--limit N]
            [--models SUBSTR,...] [--no-aic] [--rounds W,M] [--stat mean|median]
-           [--clients spread|together] [--engine-args defaults|harness]
+           [--clients spread|together] [--engine-args defaults|harness] [--no-band]
 Prints the skipped rows by reason, tables per model and per model, system and precision (APE median and
 P90 of TTFT and TPOT, the signed median error, rows), then one JSON line:
 {"rows": N, "models": M, "sim": {...}, "aic_static": {...}, "by_model": {...}, ...}; "rows" are
@@ -94,6 +99,7 @@ class RowResult:
     sim: Estimate = "not run"
     step_model: str = ROOFLINE
     roofline: Estimate | None = None  # the roofline too, where the measured table ran
+    other_starts: Estimate | None = None  # the same step model, the other client start state
     aic: Estimate = "not run"
     sim_s: float = 0.0
     notes: list[str] = field(default_factory=list)
@@ -165,7 +171,8 @@ def simulate(m: MatchedRow, table_wanted: bool, rounds: tuple[int, int], stat: s
 
 
 def judge_row(m: MatchedRow, with_aic: bool, rounds: tuple[int, int], stat: str,
-              seed: int, engine_args: str = "defaults", clients: str = "spread") -> RowResult:
+              seed: int, engine_args: str = "defaults", clients: str = "spread",
+              band: bool = True) -> RowResult:
     """Everything for one row; runs in a worker process."""
     logging.disable(logging.WARNING)  # the package logs its data fallbacks per call
     out = RowResult(m)
@@ -173,6 +180,9 @@ def judge_row(m: MatchedRow, with_aic: bool, rounds: tuple[int, int], stat: str,
     out.sim, out.step_model = simulate(m, True, rounds, stat, seed, engine_args, clients)
     if out.step_model == "measured":
         out.roofline, _ = simulate(m, False, rounds, stat, seed, engine_args, clients)
+    if band and isinstance(out.sim, tuple):
+        other = "together" if clients == "spread" else "spread"
+        out.other_starts, _ = simulate(m, True, rounds, stat, seed, engine_args, other)
     out.sim_s = time.perf_counter() - t0
     if with_aic:
         out.aic = aic.estimate(m.row)
@@ -205,6 +215,29 @@ def _errors(results: Iterable[RowResult], which: str) -> list[tuple[float, float
         if isinstance(est, tuple):
             out.append(ape(est, r.matched.row.ttft_ms, r.matched.row.tpot_ms))
     return out
+
+
+def band_stats(results: Iterable[RowResult]) -> dict[str, float]:
+    """Where the measured TTFT and TPOT fall against the band the simulator's two client start
+    states span (phase-locked and spread; a real engine sits between them, docs/benchmarks/
+    gpu-fidelity.md): the share of rows below, within and above it. A diagnostic beside the
+    errors, not a target: a row in the band says the step times can explain it and the
+    clients' clumping decides where in the band it lies."""
+    counts: Counter[str] = Counter()
+    rows = 0
+    for r in results:
+        if not (isinstance(r.sim, tuple) and isinstance(r.other_starts, tuple)):
+            continue
+        rows += 1
+        for i, metric in enumerate(("ttft", "tpot")):
+            measured = (r.matched.row.ttft_ms, r.matched.row.tpot_ms)[i]
+            lo, hi = sorted((r.sim[i], r.other_starts[i]))
+            where = "below" if measured < lo else "above" if measured > hi else "in"
+            counts[f"{metric}_{where}"] += 1
+    if not rows:
+        return {}
+    return {"rows": rows, **{f"{m}_{w}_band": round(100 * counts[f"{m}_{w}"] / rows, 1)
+                             for m in ("ttft", "tpot") for w in ("below", "in", "above")}}
 
 
 def _cell(stats: dict[str, float], key: str) -> str:
@@ -258,6 +291,8 @@ def main() -> None:
                         help="clients' first sends spread over one request's service time "
                              "(the desynchronised steady state; spread_starts), or all at once "
                              "(phase-locked, the method before issue 30's TTFT analysis)")
+    parser.add_argument("--no-band", action="store_true",
+                        help="skip the other client start state (band_stats)")
     args = parser.parse_args()
     console = Console(width=200)
     try:
@@ -282,7 +317,7 @@ def main() -> None:
     with_aic = absent is None
 
     work = [(m, with_aic, (warmup, measured), args.stat, args.seed, args.engine_args,
-             args.clients) for m in matched]
+             args.clients, not args.no_band) for m in matched]
     if args.jobs > 1 and len(work) > 1:
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
             results = list(pool.map(judge_row, *zip(*work, strict=True), chunksize=4))
@@ -328,6 +363,17 @@ def main() -> None:
                       f"sim {s['tpot_ape_median']:.1f}% vs aiconfigurator "
                       f"{a['tpot_ape_median']:.1f}%; TTFT {s['ttft_ape_median']:.1f}% vs "
                       f"{a['ttft_ape_median']:.1f}%")
+    bands = {name: band_stats(rs) for name, rs in [*sorted(by_model.items()), ("all", covered)]}
+    if bands["all"]:
+        t = Table(title="Measured against the band of the two client start states (% of rows: "
+                        "below / in / above)")
+        for col in ("group", "rows", "TTFT", "TPOT"):
+            t.add_column(col, justify="left" if col == "group" else "right")
+        for name, b in bands.items():
+            t.add_row(name, str(b["rows"]), *(f"{b[f'{m}_below_band']:.0f} / {b[f'{m}_in_band']:.0f}"
+                                              f" / {b[f'{m}_above_band']:.0f}"
+                                              for m in ("ttft", "tpot")))
+        console.print(t)
     wall = time.perf_counter() - started
     console.print(f"wall {wall:.0f} s; simulation {sum(r.sim_s for r in results):.0f} s of "
                   f"worker time")
@@ -345,7 +391,8 @@ def main() -> None:
         "aic_rows": len(both),
         "step_models": dict(Counter(r.step_model for r in covered)),
         "skipped": dict(skipped), "engine_args": args.engine_args,
-        "clients": args.clients, "wall_s": round(wall, 1),
+        "clients": args.clients, "band": bands if bands["all"] else None,
+        "wall_s": round(wall, 1),
     }))
 
 

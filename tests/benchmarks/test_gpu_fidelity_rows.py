@@ -139,3 +139,28 @@ def test_a_row_runs_at_its_served_precision_through_vllms_rules() -> None:
     assert isinstance(fp8, MatchedRow)
     refused, _ = gpu_fidelity.simulate(fp8, True, (1, 1), "mean", 0)
     assert isinstance(refused, str) and "fp8_block_expert_shards" in refused
+
+
+def test_a_row_runs_in_both_client_start_states_and_is_placed_against_their_band() -> None:
+    """judge_row runs the row's other client start state too; band_stats places the measured
+    TTFT and TPOT below, within or above the band the two span."""
+    from benchmarks import gpu_fidelity
+
+    row = next(r for r in load_rows() if r.id == "minimaxm2_5_b200_vllm_fp4_agg_1024x1024_c4_cfg705")
+    m = match_row(row)
+    assert isinstance(m, MatchedRow)
+    result = gpu_fidelity.judge_row(m, False, (1, 2), "mean", 0)
+    assert isinstance(result.sim, tuple) and isinstance(result.other_starts, tuple)
+    # Four clients phase-locked wait for each other's prompts: the band is the spread TTFT up
+    # to the phase-locked one.
+    assert result.sim[0] < result.other_starts[0]
+    lo, hi = result.sim[0], result.other_starts[0]
+    placed = [gpu_fidelity.RowResult(
+        match_row(_copy(row, silicon_ttft_ms=str(ttft), silicon_tpot_ms=str(result.sim[1]))),
+        sim=result.sim, other_starts=result.other_starts) for ttft in (lo / 2, (lo + hi) / 2,
+                                                                        hi * 2)]
+    stats = gpu_fidelity.band_stats([*placed, gpu_fidelity.RowResult(m, sim="refused")])
+    assert stats["rows"] == 3
+    assert stats["ttft_below_band"] == stats["ttft_in_band"] == stats["ttft_above_band"] == 33.3
+    assert stats["tpot_in_band"] == 100.0  # the spread state's own TPOT bounds the band
+    assert not gpu_fidelity.judge_row(m, False, (1, 2), "mean", 0, band=False).other_starts
