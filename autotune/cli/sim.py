@@ -66,6 +66,11 @@ def simulate(
     step_precision: Annotated[str | None, typer.Option(
         help="With --step-model measured: the table's dense[/experts] precision, e.g. "
              "fp8_block/fp8_block (default: the checkpoint's).")] = None,
+    client_starts: Annotated[str, typer.Option(
+        help="Closed loop: together (every client's first request at once, as vllm bench serve "
+             "sends them) or spread (over one request's service time: the desynchronised "
+             "state; with equal lengths a real engine's TTFT lies between the two).")
+    ] = "together",
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON object.")] = False,
 ) -> None:
     """Replay a trace once on the simulator (open loop), or run closed-loop clients against it
@@ -84,6 +89,8 @@ def simulate(
                             ("--output-len", output_len)):
             if given is not None:
                 raise ConfigError(f"{flag} applies to a closed loop: add --max-concurrency N")
+        if client_starts != "together":
+            raise ConfigError("--client-starts applies to a closed loop: add --max-concurrency N")
         if trace is None:
             raise ConfigError("an open-loop replay needs --trace FILE (or give --max-concurrency "
                               "N with --input-len/--output-len for a closed loop)")
@@ -106,7 +113,8 @@ def simulate(
         loaded = load.requests(loaded, config.max_model_len or max_model_len)
     assert loaded is not None
     backend = load_backend("sim", profile=str(profile) if profile else None,
-                           step_model=step_model, step_precision=step_precision)
+                           step_model=step_model, step_precision=step_precision,
+                           client_starts=client_starts)
     backend.start(config, dep, label="simulate")
     try:
         step_label = backend.notes()["step_model"]
@@ -116,7 +124,10 @@ def simulate(
     finally:
         backend.stop()
     if as_json:
-        output.emit({**summary.model_dump(), "step_model": step_label, "load": load.describe()})
+        described = load.describe()
+        if isinstance(load, ClosedLoop):
+            described["client_starts"] = client_starts
+        output.emit({**summary.model_dump(), "step_model": step_label, "load": described})
         return
     args = effective_values(config, dep)
     how = (f"x{load.rate_scale:g}" if isinstance(load, OpenLoop)

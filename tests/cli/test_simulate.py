@@ -78,10 +78,17 @@ def test_simulate_closed_loop_with_fixed_lengths() -> None:
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["load"] == {"mode": "closed_loop", "max_concurrency": 16, "num_prompts": 200,
-                           "lengths": "fixed 1000 in / 100 out"}
+                           "lengths": "fixed 1000 in / 100 out", "client_starts": "together"}
     summary = LatencySummary.model_validate(out)
     assert summary.completed == 200
     assert summary.output_tok_s * summary.duration_s == pytest.approx(200 * 100)
+    spread = run_cli("simulate", "--max-concurrency", "16", "--num-prompts", "200",
+                     "--input-len", "1000", "--output-len", "100", "--model", "Llama-3.1-8B",
+                     "--gpu", "H100", "--tp", "1", "--client-starts", "spread", "--json")
+    assert spread.returncode == 0, spread.stderr
+    desynchronised = json.loads(spread.stdout)
+    assert desynchronised["load"]["client_starts"] == "spread"
+    assert desynchronised["ttft_p50_ms"] < 0.5 * out["ttft_p50_ms"]  # no clump to wait for
 
 
 def test_simulate_closed_loop_takes_a_traces_lengths_and_open_loop_says_so() -> None:
@@ -105,6 +112,10 @@ def test_simulate_closed_loop_takes_a_traces_lengths_and_open_loop_says_so() -> 
     (["--max-concurrency", "4", "--trace", str(DEMO_TRACE), "--rate-scale", "2"],
      "--rate-scale applies to an open loop"),
     (["--input-len", "100", "--output-len", "10"], "add --max-concurrency"),
+    (["--trace", str(DEMO_TRACE), "--client-starts", "spread"],
+     "--client-starts applies to a closed loop"),
+    (["--max-concurrency", "4", "--input-len", "10", "--output-len", "10", "--client-starts",
+      "late"], "client_starts='late': expected one of together, spread"),
     ([], "needs --trace"),
 ])
 def test_bad_closed_loop_input_is_one_line(args: list[str], fragment: str) -> None:
