@@ -111,7 +111,7 @@ if [ -n "$dryrun" ]; then  # the same commands on the CPU build, with the tiny m
   served=(--model tiny-llama --model-path "$out/tiny" --engine-arg=--enforce-eager)
 fi
 rm -f "$out"/sweep-*.json "$out/profile-cpu-fit.yaml"
-at "${sweep[@]}" --backend vllm "${served[@]}" --engine-arg=--load-format=dummy \
+at "${sweep[@]}" --backend vllm "${served[@]}" --engine-arg=--load-format=dummy --per-request \
   --out "$out/sweep-vllm.json" 2>&1 | tee "$out/sweep-vllm.log" || failed=1
 for step_model in measured roofline; do
   at "${sweep[@]}" --model "${served[1]}" --step-model $step_model \

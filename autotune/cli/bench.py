@@ -114,6 +114,10 @@ def sweep(
     out: Annotated[Path | None, typer.Option(
         help="Also write the sweep's JSON object to this file (atomically), e.g. under "
              "benchmarks/measurements/.")] = None,
+    with_requests: Annotated[bool, typer.Option(
+        "--per-request", help="Also keep each request's send time, TTFT, E2E and output tokens "
+                              "in every run (key `requests`), for reading the clients' clumping "
+                              "round by round.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the sweep as one JSON object "
                                                          "(keys: docs/reference/json-output.md).")
                        ] = False,
@@ -174,7 +178,8 @@ def sweep(
                       f"{row['num_prompts']} done, {row['output_throughput']:,.0f} output tok/s, "
                       f"TPOT p50 {_cell(row['median_tpot_ms'], '{:.2f}')} ms", highlight=False)
 
-    rows = run_sweep(engine, config, dep, load, requests, seed, on_row=progress)
+    rows = run_sweep(engine, config, dep, load, requests, seed, on_row=progress,
+                     with_requests=with_requests)
     extra = list(options.get("extra_args", []))  # type: ignore[call-overload]
     record = sweep_record(backend=backend, deployment=dep, config=config, extra_engine_args=extra,
                           load=load, trace_name=loaded.name if loaded is not None else None,

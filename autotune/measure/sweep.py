@@ -14,8 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from autotune.domain.deployment import DeploymentSpec
 from autotune.domain.engine_config import EngineConfig
+from autotune.domain.records import ReplayResult
 from autotune.domain.step_timings import steps_to_json
 from autotune.errors import SettingError
 from autotune.measure.backends import EngineBackend
@@ -81,9 +84,23 @@ class SweepLoad:
                 "client_starts": self.client_starts}
 
 
+def per_request(result: ReplayResult) -> dict[str, list[Any]]:
+    """Each request of a run in send order: its send time (s after the run's first send), TTFT
+    and E2E (ms; null where not reached), output tokens received and whether it failed. Enough
+    to read the clients' clumping and TTFT round by round after the sweep."""
+    order = np.argsort(result.scheduled_s, kind="stable")
+    sent = result.scheduled_s[order]
+    return {"sent_s": np.round(sent - sent[0], 6).tolist() if len(sent) else [],
+            "ttft_ms": np.round(result.ttft_s[order] * 1e3, 3).tolist(),
+            "e2el_ms": np.round(result.e2e_s[order] * 1e3, 3).tolist(),
+            "output_tokens": result.output_tokens[order].astype(int).tolist(),
+            "failed": result.failed[order].astype(bool).tolist()}
+
+
 def run_sweep(backend: EngineBackend, config: EngineConfig, deployment: DeploymentSpec,
               load: SweepLoad, requests: list[Trace], seed: int,
-              on_row: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+              on_row: Callable[[dict[str, Any]], None] | None = None,
+              with_requests: bool = False) -> list[dict[str, Any]]:
     """Start the engine once, warm it up on the first concurrency's requests (a real engine's
     first replay otherwise pays for its kernels' first use, `autotune.workers.vllm.backend.warmup`; `vllm
     bench sweep serve --warmup-num-prompts` likewise runs a warm-up it leaves out of its
@@ -101,6 +118,8 @@ def run_sweep(backend: EngineBackend, config: EngineConfig, deployment: Deployme
                                                                       concurrency)}
             if result.step_times:
                 row["step_times"] = steps_to_json(result.step_times)
+            if with_requests:
+                row["requests"] = per_request(result)
             rows.append(row)
             if on_row is not None:
                 on_row(row)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from autotune.cli.main import main
@@ -47,7 +48,7 @@ def test_spread_client_starts_desynchronise_equal_requests(
     records = {}
     for starts in ("together", "spread"):
         code = main([*SIM, "--max-concurrency", "16", "--prompts-per-client", "6",
-                     "--client-starts", starts, "--json"])
+                     "--client-starts", starts, "--per-request", "--json"])
         records[starts] = json.loads(capfd.readouterr().out)
         assert code == 0 and records[starts]["load"]["client_starts"] == starts
     together, spread = (records[k]["runs"][0] for k in ("together", "spread"))
@@ -55,6 +56,13 @@ def test_spread_client_starts_desynchronise_equal_requests(
     # Together the 16 clients stay in clumps as the token budget first admitted them.
     assert spread["send_clump_mean"] == 1 < together["send_clump_mean"]
     assert spread["completed"] == together["completed"] == 96
+    # --per-request: every request in send order; together, the first round all at once.
+    sent = together["requests"]["sent_s"]
+    assert len(sent) == 96 and sent == sorted(sent) and sent[:16] == [0.0] * 16 and sent[16] > 0
+    assert together["requests"]["output_tokens"] == [64] * 96
+    assert not any(together["requests"]["failed"])
+    assert spread["mean_ttft_ms"] == pytest.approx(np.mean(spread["requests"]["ttft_ms"]),
+                                                    abs=1e-3)
 
 
 def test_a_traces_lengths_and_a_fixed_count(capfd: pytest.CaptureFixture[str]) -> None:
@@ -113,7 +121,7 @@ def test_a_real_cpu_engine_sweep_and_its_cpu_cost_fit(tmp_path: Path) -> None:
                    "--model-path", str(model), "--engine-arg=--load-format=dummy",
                    "--engine-arg=--enforce-eager", "--max-concurrency", "1,4", "--input-len",
                    "64", "--output-len", "64", "--prompts-per-client", "4", "--max-model-len",
-                   "2048", "--json", "--out", str(out), env=env, timeout=600)
+                   "2048", "--per-request", "--json", "--out", str(out), env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert vllm_processes() == []  # one engine, stopped
     record = json.loads(proc.stdout)
@@ -126,6 +134,12 @@ def test_a_real_cpu_engine_sweep_and_its_cpu_cost_fit(tmp_path: Path) -> None:
             64 * run["num_prompts"])
         decode = [s for s in run["step_times"] if s["prompt_tokens"] == 0]
         assert run["max_concurrency"] in {s["batch"] for s in decode}
+        # Each request as the client saw it: the real engine's clients all start at once.
+        sent = run["requests"]["sent_s"]
+        assert len(sent) == run["num_prompts"] and sent == sorted(sent) and sent[0] == 0.0
+        assert run["requests"]["output_tokens"] == [64] * run["num_prompts"]
+        assert run["mean_ttft_ms"] == pytest.approx(np.mean(run["requests"]["ttft_ms"]), abs=1e-3)
+        assert 1 <= run["send_clump_mean"] <= run["max_concurrency"]
 
     profile = tmp_path / "fitted.yaml"
     fit = run_cli("sim", "fit-cpu", str(out), "--step-model", "roofline", "--out", str(profile),
