@@ -21,8 +21,8 @@ About 1 minute per pass on a 2-core VM.
 
 Usage: PYTHONPATH=. .venv/bin/python benchmarks/closed_loop_sync.py [--concurrency 1,4,8,16,32]
            [--input-len 256] [--output-len 64] [--rounds 24] [--warmup-rounds 2] [--passes 2]
-The last line is JSON: {"concurrency": [...], "real": [[ttft per pass]...], "together": [...],
-"spread": [...], ...}.
+The last line is JSON: {"concurrency": [...], "real_ttft_ms": [[one per pass], ...],
+"together_ttft_ms": [...], "spread_ttft_ms": [...], and the same for tpot_ms and clump}.
 """
 
 from __future__ import annotations
@@ -40,9 +40,10 @@ from rich.table import Table
 from autotune.domain.deployment import DeploymentSpec
 from autotune.domain.engine_config import EngineConfig
 from autotune.domain.records import ReplayResult
+from autotune.errors import SettingError
 from autotune.measure.backends import EngineBackend
 from autotune.measure.bench_metrics import send_clump_mean
-from autotune.measure.sweep import SweepLoad
+from autotune.measure.sweep import SweepLoad, parse_concurrencies
 from autotune.measure.tiny_model import make_tiny_model
 from autotune.settings import engine_python_env
 from autotune.traffic.trace import Trace
@@ -91,10 +92,13 @@ def main() -> None:
     if not engine_python or not Path(engine_python).exists():
         sys.exit("closed_loop_sync: set AUTOTUNE_ENGINE__PYTHON to the vLLM CPU venv's python "
                  "(make engine-venv)")
-    concurrencies = [int(c) for c in args.concurrency.split(",")]
-    if args.rounds <= args.warmup_rounds or min(concurrencies) < 1 or args.passes < 1:
-        sys.exit("closed_loop_sync: --rounds must exceed --warmup-rounds, concurrencies and "
-                 "--passes must be at least 1")
+    try:
+        concurrencies = parse_concurrencies(args.concurrency)
+    except SettingError as exc:
+        sys.exit(f"closed_loop_sync: --concurrency: {exc}")
+    if args.rounds <= args.warmup_rounds or args.passes < 1:
+        sys.exit("closed_loop_sync: --rounds must exceed --warmup-rounds and --passes must be "
+                 "at least 1")
     load = SweepLoad(tuple(concurrencies), prompts_per_client=args.rounds,
                      input_len=args.input_len, output_len=args.output_len)
     requests = load.requests(None, MAX_MODEL_LEN)

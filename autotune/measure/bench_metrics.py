@@ -70,7 +70,7 @@ def serve_metrics(result: ReplayResult, prompt_tokens: np.ndarray) -> dict[str, 
     return row
 
 
-CLUMP_GAP_S = 1e-3  # sends closer together than this answered finishes of one engine step
+CLUMP_GAP_S = 1e-3  # sends this close answer requests that finished in the same engine step
 
 
 def send_clump_mean(sent_s: np.ndarray, skip: int) -> float:
