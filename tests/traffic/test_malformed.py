@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -100,7 +101,9 @@ def test_mooncake(rows: list[tuple[int, object, object, list[int]]], cut: float 
         trace = _check(path)
         if trace is not None and cut is None:  # the repair: sorted by time, nothing lost
             assert Counter(trace.prompt_tokens.tolist()) == Counter(int(r[1]) for r in rows)  # type: ignore[call-overload]
-            assert trace.duration_s == (max(r[0] for r in rows) - min(r[0] for r in rows)) / 1000
+            # Equal to a float rounding: ms become s by a multiplication (71 ms: 0.07100000000000001).
+            span_ms = max(r[0] for r in rows) - min(r[0] for r in rows)
+            assert trace.duration_s == pytest.approx(span_ms / 1000, rel=1e-12, abs=1e-12)
 
 
 cell = st.one_of(st.integers(1, 10**5).map(str), st.integers(1, 10**5).map(str),
