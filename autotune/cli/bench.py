@@ -29,7 +29,8 @@ COLUMNS = (("max_concurrency", "clients", "{:d}"), ("completed", "done", "{:d}")
            ("median_ttft_ms", "TTFT p50", "{:.1f}"), ("p99_ttft_ms", "TTFT p99", "{:.1f}"),
            ("median_tpot_ms", "TPOT p50", "{:.2f}"), ("p99_tpot_ms", "TPOT p99", "{:.2f}"),
            ("median_itl_ms", "ITL p50", "{:.2f}"), ("p99_itl_ms", "ITL p99", "{:.2f}"),
-           ("median_e2el_ms", "E2E p50", "{:.0f}"), ("p99_e2el_ms", "E2E p99", "{:.0f}"))
+           ("median_e2el_ms", "E2E p50", "{:.0f}"), ("p99_e2el_ms", "E2E p99", "{:.0f}"),
+           ("send_clump_mean", "clump", "{:.1f}"))  # 1: clients desynchronised; N: phase-locked
 
 
 def _cell(value: Any, fmt: str) -> str:
