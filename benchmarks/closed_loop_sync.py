@@ -32,6 +32,7 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from rich.console import Console
@@ -39,11 +40,10 @@ from rich.table import Table
 
 from autotune.domain.deployment import DeploymentSpec
 from autotune.domain.engine_config import EngineConfig
-from autotune.domain.records import ReplayResult
 from autotune.errors import SettingError
 from autotune.measure.backends import EngineBackend
 from autotune.measure.bench_metrics import send_clump_mean
-from autotune.measure.sweep import SweepLoad, parse_concurrencies
+from autotune.measure.sweep import SweepLoad, parse_concurrencies, run_sweep
 from autotune.measure.tiny_model import make_tiny_model
 from autotune.settings import engine_python_env
 from autotune.traffic.trace import Trace
@@ -53,30 +53,27 @@ from autotune.workers.vllm.backend import VllmBackend
 MAX_MODEL_LEN = 2048
 
 
-def closed_loop_figures(result: ReplayResult, concurrency: int, warmup_rounds: int
+def closed_loop_figures(requests: dict[str, list[Any]], concurrency: int, warmup_rounds: int
                         ) -> dict[str, float]:
-    """Mean TTFT and TPOT (ms) of the requests after the warm-up, in send order, and the mean
-    clump size of their sends."""
+    """Mean TTFT and TPOT (ms) of a run's requests after the warm-up, in send order (a sweep
+    row's `requests`), and the mean clump size of their sends."""
     skip = warmup_rounds * concurrency
-    order = np.argsort(result.scheduled_s, kind="stable")[skip:]
-    ttft, e2e = result.ttft_s[order], result.e2e_s[order]
-    out = result.output_tokens[order].astype(float)
-    return {"ttft_ms": 1e3 * float(np.mean(ttft)),
-            "tpot_ms": 1e3 * float(np.mean((e2e - ttft) / np.maximum(out - 1, 1))),
-            "clump": send_clump_mean(result.scheduled_s, skip)}
+    ttft = np.array(requests["ttft_ms"][skip:], dtype=float)
+    e2e = np.array(requests["e2el_ms"][skip:], dtype=float)
+    out = np.array(requests["output_tokens"][skip:], dtype=float)
+    return {"ttft_ms": float(np.mean(ttft)),
+            "tpot_ms": float(np.mean((e2e - ttft) / np.maximum(out - 1, 1))),
+            "clump": send_clump_mean(np.array(requests["sent_s"]), skip)}
 
 
-def sweep(backend: EngineBackend, deployment: DeploymentSpec, requests: list[Trace],
-          concurrencies: list[int], warmup_rounds: int) -> list[dict[str, float]]:
-    """The whole sweep on one engine, started once (a real one warmed up first)."""
+def sweep(backend: EngineBackend, deployment: DeploymentSpec, load: SweepLoad,
+          requests: list[Trace], warmup_rounds: int) -> list[dict[str, float]]:
+    """The whole sweep on one engine, as `autotune bench sweep` runs it, each run's requests
+    kept."""
     config = EngineConfig.from_mapping({"max_model_len": MAX_MODEL_LEN})
-    backend.start(config, deployment, label="closed-loop-sync")
-    try:
-        backend.warmup(requests[0], 0)
-        return [closed_loop_figures(backend.replay_closed_loop(trace, c, 0), c, warmup_rounds)
-                for c, trace in zip(concurrencies, requests, strict=True)]
-    finally:
-        backend.stop()
+    rows = run_sweep(backend, config, deployment, load, requests, 0, with_requests=True)
+    return [closed_loop_figures(row["requests"], row["max_concurrency"], warmup_rounds)
+            for row in rows]
 
 
 def main() -> None:
@@ -105,8 +102,8 @@ def main() -> None:
     deployment = DeploymentSpec.build(name="closed-loop-sync", model="tiny-llama", gpu="cpu",
                                       gpu_count=1, tensor_parallel_size=1,
                                       max_model_len=MAX_MODEL_LEN)
-    sim = {starts: sweep(SimulatorBackend(client_starts=starts), deployment, requests,
-                         concurrencies, args.warmup_rounds) for starts in ("together", "spread")}
+    sim = {starts: sweep(SimulatorBackend(client_starts=starts), deployment, load, requests,
+                         args.warmup_rounds) for starts in ("together", "spread")}
     real = []
     with tempfile.TemporaryDirectory() as tmp:
         model = make_tiny_model(Path(tmp) / "model")
@@ -115,7 +112,7 @@ def main() -> None:
                                  command=[engine_python, "-m", "vllm.entrypoints.openai.api_server"],
                                  extra_args=["--load-format", "dummy", "--enforce-eager"],
                                  log_dir=str(Path(tmp) / f"logs-{p}"))
-            real.append(sweep(engine, deployment, requests, concurrencies, args.warmup_rounds))
+            real.append(sweep(engine, deployment, load, requests, args.warmup_rounds))
 
     table = Table(title=f"closed loop, {args.input_len} in / {args.output_len} out, "
                         f"{args.rounds} requests per client ({args.warmup_rounds} warm-up)")

@@ -72,6 +72,7 @@ from autotune.errors import ConfigError, EngineStartError
 from autotune.search.baselines import vllm_defaults
 from autotune.workers.sim.closed_loop import spread_starts
 from autotune.workers.sim.engine import replay_closed_loop, start_perf
+from autotune.workers.sim.perf import EngineShape
 from autotune.workers.sim.profile import find_profile
 from autotune.workers.sim.shape import engine_shape
 from autotune.workers.sim.step_table import ROOFLINE, select_step_model
@@ -132,27 +133,35 @@ class ServedDeployment(DeploymentSpec):
         return self.served
 
 
+def row_engine(m: MatchedRow, engine_args: str = "defaults"
+               ) -> tuple[ServedDeployment, EngineShape]:
+    """The row's deployment (its model at its served precision) and engine shape: vLLM's
+    defaults for its GPU and layout, or the benchmark harness's arguments. Raises
+    ConfigError, EngineStartError or ValidationError where the simulator refuses it."""
+    r = m.row
+    dep = ServedDeployment(name="gpu-fidelity", model=m.catalogue_model, gpu=m.gpu.name,
+                           gpu_count=r.tp * r.dp, tensor_parallel_size=r.tp,
+                           max_model_len=r.isl + r.osl + HARNESS_CONTEXT_MARGIN, served=m.model)
+    config = vllm_defaults(dep)
+    if m.ep and not config.enable_expert_parallel:  # TPn+EP: one rank, experts whole
+        config = config.merged(enable_expert_parallel=True)
+    if engine_args == "harness":
+        # aiconfigurator's benchmark harness for agg vLLM workers (generator/rule_plugin/
+        # benchmark/vllm.rule): max_batch_size = the row's batch per attention-DP rank,
+        # max_num_tokens = batch + ISL + 1500; whether the rows ran with it is not recorded.
+        batch = max(1, r.concurrency // r.dp)
+        config = config.merged(max_num_seqs=batch,
+                               max_num_batched_tokens=batch + r.isl + HARNESS_CONTEXT_MARGIN)
+    return dep, engine_shape(config, dep)
+
+
 def simulate(m: MatchedRow, table_wanted: bool, rounds: tuple[int, int], stat: str,
              seed: int, engine_args: str = "defaults", clients: str = "spread"
              ) -> tuple[Estimate, str]:
     """The row simulated in closed loop; the step model that ran ("measured" or "roofline")."""
     r = m.row
     try:
-        dep = ServedDeployment(name="gpu-fidelity", model=m.catalogue_model, gpu=m.gpu.name,
-                               gpu_count=r.tp * r.dp, tensor_parallel_size=r.tp,
-                               max_model_len=r.isl + r.osl + HARNESS_CONTEXT_MARGIN,
-                               served=m.model)
-        config = vllm_defaults(dep)
-        if m.ep and not config.enable_expert_parallel:  # TPn+EP: one rank, experts whole
-            config = config.merged(enable_expert_parallel=True)
-        if engine_args == "harness":
-            # aiconfigurator's benchmark harness for agg vLLM workers (generator/rule_plugin/
-            # benchmark/vllm.rule): max_batch_size = the row's batch per attention-DP rank,
-            # max_num_tokens = batch + ISL + 1500; whether the rows ran with it is not recorded.
-            batch = max(1, r.concurrency // r.dp)
-            config = config.merged(max_num_seqs=batch,
-                                   max_num_batched_tokens=batch + r.isl + HARNESS_CONTEXT_MARGIN)
-        shape = engine_shape(config, dep)
+        dep, shape = row_engine(m, engine_args)
     except (ConfigError, EngineStartError, ValidationError) as exc:
         return f"sim: {str(exc).splitlines()[0]}", ROOFLINE
     chosen = select_step_model(m.gpu.name, m.catalogue_model, m.layout, m.precision)

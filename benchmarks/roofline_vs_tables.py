@@ -20,19 +20,18 @@ import json
 import sys
 from pathlib import Path
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
 from autotune.errors import ConfigError, EngineStartError
-from autotune.search.baselines import vllm_defaults
 from autotune.workers.sim.engine import start_perf
 from autotune.workers.sim.perf import PerfModel
 from autotune.workers.sim.profile import find_profile
-from autotune.workers.sim.shape import engine_shape
 from autotune.workers.sim.step_table import StepTable, select_step_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_fidelity import HARNESS_CONTEXT_MARGIN, ServedDeployment
+from gpu_fidelity import row_engine
 from gpu_fidelity_rows import MatchedRow, load_rows, match_rows
 
 CONTEXT_TOKENS = 4096
@@ -41,17 +40,10 @@ PREFILL_TOKENS = (512, 2048, 8192)
 
 
 def roofline_for(m: MatchedRow) -> PerfModel:
-    """The row's engine (vLLM's defaults for its GPU and layout, at its served precision) on
-    the roofline with the bundled profile."""
-    r = m.row
-    dep = ServedDeployment(name="roofline-vs-tables", model=m.catalogue_model, gpu=m.gpu.name,
-                           gpu_count=r.tp * r.dp, tensor_parallel_size=r.tp,
-                           max_model_len=r.isl + r.osl + HARNESS_CONTEXT_MARGIN, served=m.model)
-    config = vllm_defaults(dep)
-    if m.ep and not config.enable_expert_parallel:
-        config = config.merged(enable_expert_parallel=True)
-    return start_perf(engine_shape(config, dep), dep,
-                      find_profile(m.gpu.name, m.catalogue_model, "gpu", None))
+    """The row's engine (as gpu_fidelity.py builds it) on the roofline with the bundled
+    profile."""
+    dep, shape = row_engine(m)
+    return start_perf(shape, dep, find_profile(m.gpu.name, m.catalogue_model, "gpu", None))
 
 
 def ratios(roof: PerfModel, table: StepTable) -> dict[str, float]:
@@ -81,7 +73,7 @@ def main() -> None:
             continue
         try:
             found[key] = ratios(roofline_for(m), chosen.table)
-        except (ConfigError, EngineStartError):
+        except (ConfigError, EngineStartError, ValidationError):
             continue  # a layout the roofline engine refuses (e.g. out of memory): no ratio
     table = Table(title="GPU time of one step, roofline / measured table (below 1: roofline "
                         "fast)")
