@@ -59,9 +59,10 @@ class SimSettings(BaseModel):
     # Wall-clock seconds each simulated replay takes at least, so a simulated campaign can be
     # paced like a real one (demos, and the resume and Ray tests that kill jobs mid-trial).
     replay_delay_s: float = Field(default=0.0, ge=0)
-    # GPU step times: "roofline", or "measured" (the committed table for the engine's GPU,
-    # model, layout and step_precision, default the checkpoint's; the roofline where none).
-    step_model: Literal["roofline", "measured"] = "roofline"
+    # GPU step times: "measured" (the committed table for the engine's GPU, model, layout and
+    # step_precision, default the checkpoint's; the roofline where there is none), or
+    # "roofline" (always the roofline, with the profile's uncalibrated GPU coefficients).
+    step_model: Literal["measured", "roofline"] = "measured"
     # The precision the measured table is looked up at, "dense/experts" (e.g.
     # "fp8_block/fp8_block"); None: the checkpoint's own (catalogue).
     step_precision: str | None = None

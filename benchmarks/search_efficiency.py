@@ -132,7 +132,9 @@ def measure(trace: Trace, slo_text: str, dep: DeploymentSpec, config: EngineConf
     slo = parse_slo(slo_text)
     spec = TrialSpec(study_name="search-efficiency", trial_number=0, config=config,
                      deployment=dep, trace=trace, slo=slo, backend="sim", search=SEARCH)
-    outcome = run_trial(spec, SimulatorBackend())
+    # The roofline, the step model the sampler's constants were chosen on (the figures in
+    # docs/benchmarks/search-efficiency.md); campaigns default to the measured tables.
+    outcome = run_trial(spec, SimulatorBackend(step_model="roofline"))
     constraints = outcome_constraints(outcome, slo)
     value = outcome.capacity_output_tok_s if is_feasible(constraints) else 0.0
     top = SEARCH.ladder(trace.duration_s)[-1]

@@ -249,5 +249,5 @@ def step_model_line(step_model: str) -> str:
         return ("Simulator step model: measured kernel tables where the repository has one for "
                 "the GPU, model, layout and precision, else the roofline (each trial's notes "
                 "name which)")
-    return ("Simulator step model: roofline (GPU coefficients uncalibrated; "
-            "AUTOTUNE_SIM__STEP_MODEL=measured uses measured kernel tables)")
+    return ("Simulator step model: roofline, as AUTOTUNE_SIM__STEP_MODEL asks (GPU coefficients "
+            "uncalibrated; the default, measured, uses a measured kernel table where there is one)")

@@ -95,10 +95,10 @@ def sweep(
     engine_arg: Annotated[list[str] | None, typer.Option(
         help="vllm backend: an extra server argument the simulator does not model, e.g. "
              "--engine-arg=--load-format=dummy (repeatable).")] = None,
-    step_model: Annotated[str, typer.Option(
-        help="sim backend: GPU step times from the roofline, or measured (the committed table "
-             "for this GPU, model, layout and precision; the roofline where there is none).")
-    ] = "roofline",
+    step_model: Annotated[str | None, typer.Option(
+        help="sim backend: GPU step times measured (the committed table for this GPU, model, "
+             "layout and precision; the roofline where there is none) or roofline "
+             "[default: AUTOTUNE_SIM__STEP_MODEL, else measured]")] = None,
     step_precision: Annotated[str | None, typer.Option(
         help="sim backend, --step-model measured: the table's dense[/experts] precision "
              "(default: the checkpoint's).")] = None,
@@ -138,7 +138,7 @@ def sweep(
     # Everything is checked before an engine starts: a bad value costs nothing.
     if backend not in BACKENDS:
         raise ConfigError(f"--backend {backend!r}: expected sim or vllm")
-    if backend == "vllm" and (profile or step_precision or step_model != "roofline"):
+    if backend == "vllm" and (profile or step_precision or step_model is not None):
         raise ConfigError("--step-model, --step-precision and --profile are for --backend sim; "
                           "a real engine has its own step times")
     if backend == "vllm" and client_starts != "together":
@@ -152,7 +152,8 @@ def sweep(
     settings = load_settings()
     options = backend_options(backend, settings, model_path, engine_arg or [])
     if backend == "sim":
-        options = {**options, "step_model": step_model, "step_precision": step_precision,
+        options = {**options, "step_model": step_model or options["step_model"],
+                   "step_precision": step_precision or options.get("step_precision"),
                    "profile": str(profile) if profile else None, "client_starts": client_starts}
     if model is None:
         if backend == "sim":

@@ -59,10 +59,10 @@ def simulate(
     seed: Annotated[int, typer.Option(help="Replay seed (run-to-run jitter).")] = 0,
     profile: Annotated[Path | None, typer.Option(
         help="A simulator profile file (default: the newest calibrated one, else bundled).")] = None,
-    step_model: Annotated[str, typer.Option(
-        help="GPU step times: roofline, or measured (the committed measured table for this GPU, "
-             "model, layout and --step-precision; the roofline where there is none).")
-    ] = "roofline",
+    step_model: Annotated[str | None, typer.Option(
+        help="GPU step times: measured (the committed measured table for this GPU, model, "
+             "layout and --step-precision; the roofline where there is none) or roofline "
+             "[default: AUTOTUNE_SIM__STEP_MODEL, else measured]")] = None,
     step_precision: Annotated[str | None, typer.Option(
         help="With --step-model measured: the table's dense[/experts] precision, e.g. "
              "fp8_block/fp8_block (default: the checkpoint's).")] = None,
@@ -113,7 +113,8 @@ def simulate(
         loaded = load.requests(loaded, config.max_model_len or max_model_len)
     assert loaded is not None
     backend = load_backend("sim", profile=str(profile) if profile else None,
-                           step_model=step_model, step_precision=step_precision,
+                           step_model=step_model or load_settings().sim.step_model,
+                           step_precision=step_precision,
                            client_starts=client_starts)
     backend.start(config, dep, label="simulate")
     try:

@@ -19,11 +19,10 @@ def backend_options(backend: str, settings: Any, model_path: str | None,
                                + placeholder(backend_setting) + " vllm")
         if backend != "sim":
             return {}
-        sim = settings.sim  # only what differs from the defaults, so records stay as they were
-        return {k: v for k, v in (("replay_delay_s", sim.replay_delay_s),
-                                  ("step_model", sim.step_model),
-                                  ("step_precision", sim.step_precision))
-                if v and v != "roofline"}
+        sim = settings.sim  # the step model always (it decides the figures), the rest if set
+        return {"step_model": sim.step_model,
+                **{k: v for k, v in (("replay_delay_s", sim.replay_delay_s),
+                                     ("step_precision", sim.step_precision)) if v}}
     if not model_path:
         raise SettingError(placeholder(backend_setting) + " vllm needs {model_path} (a local "
                            "model directory, e.g. one made by `autotune models make-tiny DIR`, "

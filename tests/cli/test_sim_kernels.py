@@ -36,10 +36,15 @@ def test_simulate_json_names_the_step_model() -> None:
     from autotune.traffic.trace import DEMO_TRACE
 
     runs = {}
-    for args in ([], ["--step-model", "measured", "--step-precision", "fp8_block/fp8_block"]):
+    for name, args in (("default", []), ("roofline", ["--step-model", "roofline"]),
+                       ("fp8", ["--step-precision", "fp8_block/fp8_block"])):
         proc = run_cli("simulate", "--trace", str(DEMO_TRACE), "--json", *args)
         assert proc.returncode == 0, proc.stderr
-        runs[bool(args)] = json.loads(proc.stdout)
-    assert runs[False]["step_model"].startswith("roofline; profile H200-141GB/DeepSeek-V4-Flash")
-    assert runs[True]["step_model"].startswith("measured table H200-141GB/DeepSeek-V4-Flash/TP8/")
-    assert runs[True]["output_tok_s"] != runs[False]["output_tok_s"]
+        runs[name] = json.loads(proc.stdout)
+    # The default: the checkpoint's own (FP4-expert) table, which says it is partly estimated.
+    assert runs["default"]["step_model"].startswith(
+        "partly estimated table H200-141GB/DeepSeek-V4-Flash/TP8/fp8_block/fp4")
+    assert runs["roofline"]["step_model"].startswith(
+        "roofline; profile H200-141GB/DeepSeek-V4-Flash")
+    assert runs["fp8"]["step_model"].startswith("measured table H200-141GB/DeepSeek-V4-Flash/TP8/")
+    assert len({r["output_tok_s"] for r in runs.values()}) == 3

@@ -1,5 +1,6 @@
-"""The sim backend's opt-in measured step model: off by default, priced from the table when
-asked for, named in the notes, and still summing decode runs in closed form."""
+"""The sim backend's measured step model: the default where a table exists, priced from the
+table, named in the notes, the roofline when asked for or where there is no table, and still
+summing decode runs in closed form."""
 
 from __future__ import annotations
 
@@ -26,8 +27,11 @@ def _started(config=None, **options: object) -> SimulatorBackend:  # type: ignor
     return backend
 
 
-def test_roofline_is_the_default() -> None:
-    backend = _started()
+def test_measured_is_the_default_and_the_roofline_runs_when_asked_for() -> None:
+    backend = _started()  # the demo checkpoint's own precision: its composed FP4-expert table
+    assert isinstance(backend.perf, MeasuredPerfModel)
+    assert backend.notes()["step_model"].startswith("partly estimated table H200-141GB/")
+    backend = _started(step_model="roofline")
     assert type(backend.perf) is PerfModel
     assert backend.notes()["step_model"].startswith("roofline; profile")
 
@@ -59,7 +63,7 @@ def test_measured_without_a_table_falls_back_to_the_roofline_and_says_why() -> N
 
 
 def test_unknown_step_model_is_refused() -> None:
-    with pytest.raises(ConfigError, match="step_model='fast': expected one of roofline, measured"):
+    with pytest.raises(ConfigError, match="step_model='fast': expected one of measured, roofline"):
         SimulatorBackend(step_model="fast")
 
 
@@ -99,11 +103,11 @@ def test_lockstep_decode_runs_price_every_step_as_one_step_does(seqs: list[int],
     assert run.tolist() == one_by_one
 
 
-def test_campaign_settings_pass_the_step_model_only_when_asked_for() -> None:
+def test_campaign_settings_always_name_the_step_model() -> None:
     from autotune.measure.backend_options import backend_options
     from autotune.settings import Settings
 
-    assert backend_options("sim", Settings(), None, []) == {}  # records stay as they were
-    asked = Settings(sim={"step_model": "measured", "step_precision": FP8})  # type: ignore[arg-type]
-    assert backend_options("sim", asked, None, []) == {"step_model": "measured",
+    assert backend_options("sim", Settings(), None, []) == {"step_model": "measured"}
+    asked = Settings(sim={"step_model": "roofline", "step_precision": FP8})  # type: ignore[arg-type]
+    assert backend_options("sim", asked, None, []) == {"step_model": "roofline",
                                                         "step_precision": FP8}

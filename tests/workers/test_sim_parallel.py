@@ -55,7 +55,8 @@ def test_data_parallel_moe_without_expert_parallelism_is_refused_not_guessed() -
 
 
 def _dep_perf(tp: int, dp: int, ep: bool):  # type: ignore[no-untyped-def]
-    backend = SimulatorBackend()
+    # The roofline's DEP mechanics (test_sim_measured.py covers the measured tables' lockstep).
+    backend = SimulatorBackend(step_model="roofline")
     backend.start(vllm_defaults(DEMO).merged(tensor_parallel_size=tp, data_parallel_size=dp,
                                              enable_expert_parallel=ep), DEMO)
     return backend
@@ -72,7 +73,7 @@ def test_dep_replicates_attention_and_shares_the_experts() -> None:
     # A DEP rank's MoE layers serve every rank's tokens (lockstep): its decode step of 8
     # sequences touches the experts of 64 tokens, and gathers the other ranks' tokens.
     assert dep8.perf.moe_token_factor == 8 and tep8.perf.moe_token_factor == 1
-    lone = SimulatorBackend()
+    lone = SimulatorBackend(step_model="roofline")
     lone.start(vllm_defaults(DEMO).merged(tensor_parallel_size=1, data_parallel_size=8,
                                           enable_expert_parallel=True), DEMO)
     lone.perf.moe_token_factor = 1  # the same rank if the other ranks had no tokens

@@ -19,9 +19,15 @@ from autotune.workers.sim.perf import EngineShape, PerfModel
 from autotune.workers.sim.perf_measured import MeasuredPerfModel
 from autotune.workers.sim.profile import Profile, find_profile, load_profile, save_profile
 from autotune.workers.sim.shape import engine_shape
-from autotune.workers.sim.step_table import ROOFLINE, layout_name, model_precision, select_step_model
+from autotune.workers.sim.step_table import (
+    MEASURED,
+    ROOFLINE,
+    layout_name,
+    model_precision,
+    select_step_model,
+)
 
-STEP_MODELS = (ROOFLINE, "measured")
+STEP_MODELS = (MEASURED, ROOFLINE)
 
 
 class SimulatorBackend(EngineBackend):
@@ -33,12 +39,13 @@ class SimulatorBackend(EngineBackend):
     every engine step; the reference the fast path is checked against), `replay_delay_s` (each
     replay takes at least this many wall-clock seconds: paces a simulated campaign like a real
     one, for demos and for tests that kill a job mid-trial; AUTOTUNE_SIM__REPLAY_DELAY_S),
-    `step_model` ("roofline", the default, or "measured": GPU step times from the committed
-    measured table for the deployment's GPU, model, parallel layout and `step_precision`, the
-    checkpoint's own precision unless given, falling back to the roofline where there is none;
-    `notes()["step_model"]` names which ran), `client_starts` (closed loops: "together", every
-    client's first send at once as `vllm bench serve` sends them, or "spread" over one
-    request's service time, the desynchronised state: `closed_loop.spread_starts`).
+    `step_model` ("measured", the default: GPU step times from the committed measured table for
+    the deployment's GPU, model, parallel layout and `step_precision`, the checkpoint's own
+    precision unless given, falling back to the roofline where there is none; or "roofline":
+    the roofline always; `notes()["step_model"]` names which ran), `client_starts` (closed
+    loops: "together", every client's first send at once as `vllm bench serve` sends them, or
+    "spread" over one request's service time, the desynchronised state:
+    `closed_loop.spread_starts`).
     """
 
     name = "sim"
@@ -46,7 +53,7 @@ class SimulatorBackend(EngineBackend):
 
     def __init__(self, skip_decode_runs: bool = True, profile: str | None = None,
                  cpu_kvcache_space_gib: float = 1.0, replay_delay_s: float = 0.0,
-                 step_model: str = ROOFLINE, step_precision: str | None = None,
+                 step_model: str = MEASURED, step_precision: str | None = None,
                  client_starts: str = "together") -> None:
         if step_model not in STEP_MODELS:
             raise ConfigError(f"sim backend option step_model={step_model!r}: expected one of "
@@ -77,7 +84,7 @@ class SimulatorBackend(EngineBackend):
 
     def start_shape(self, shape: EngineShape, deployment: DeploymentSpec, profile: Profile) -> None:
         table = None
-        if self.step_model == "measured":
+        if self.step_model == MEASURED:
             model = deployment.model_info
             chosen = select_step_model(
                 deployment.gpu_info.name, model.name,
@@ -91,7 +98,7 @@ class SimulatorBackend(EngineBackend):
         perf = self.perf
         p = perf.profile
         fitted = "fitted" if p.fit else "not fitted"
-        # With step_model=measured the label names the table, or why the roofline ran instead.
+        # The label names the table, or why the roofline ran instead.
         step = self._step_label or ROOFLINE
         out = {"step_model": f"{step}; profile {p.gpu}/{p.model} v{p.version} ({fitted})"}
         if perf.shape.enable_expert_parallel and perf.shape.data_parallel_size > 1:

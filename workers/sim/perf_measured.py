@@ -1,11 +1,12 @@
 """Step times from a measured table (workers/sim/step_table.py) instead of the roofline.
 
-Opt-in (the `sim` backend's `step_model=measured` option); the roofline stays the default. Only
-the GPU part of a step changes: memory, CPU costs, CUDA-graph padding of decode batches, the
-eager-mode launch cost above the largest capture size and async overlap are the roofline
-model's. A DP rank's step is read from the table at its own batch (padded to the largest rank's
-while all ranks run CUDA graphs, as vLLM pads them): the table was sampled with every rank
-equally loaded, so a rank's MoE share follows its own load, not the sum of all ranks'.
+The `sim` backend's default step model where the repository has a table for the engine's GPU,
+model, layout and precision (`step_model=measured`; `roofline` turns it off). Only the GPU
+part of a step changes: memory, CPU costs, CUDA-graph padding of decode batches, the eager-mode
+launch cost above the largest capture size and async overlap are the roofline model's. A DP
+rank's step is read from the table at its own batch (padded to the largest rank's while all
+ranks run CUDA graphs, as vLLM pads them): the table was sampled with every rank equally
+loaded, so a rank's MoE share follows its own load, not the sum of all ranks'.
 With the batch fixed a decode step is affine in its context between the table's context grid
 points, so the closed-form summing of decode runs keeps working with those points as breaks.
 """

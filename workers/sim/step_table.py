@@ -29,6 +29,7 @@ from autotune.domain.catalogue import Model
 TABLES_DIR = Path(__file__).resolve().parent / "kernels"
 TABLE_FORMAT = 1
 ROOFLINE = "roofline"
+MEASURED = "measured"  # the default: the table where there is one, else the roofline
 
 
 def layout_name(tp: int, dp: int = 1, ep: bool = False) -> str:
@@ -208,6 +209,6 @@ def select_step_model(gpu: str, model: str, layout: str, precision: str,
     path = tables_dir / table_filename(gpu, model, layout, precision)
     if path.is_file():
         table = load_step_table(path)
-        return StepModel("measured", table.label, table)
+        return StepModel(MEASURED, table.label, table)
     return StepModel(ROOFLINE, f"roofline (no measured table for {gpu}/{model}/{layout}/"
                                f"{precision})")
