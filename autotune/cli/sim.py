@@ -309,7 +309,7 @@ def kernels_build(
     tables, never the package."""
     from autotune.domain import catalogue
     from autotune.workers.sim.kernels_build import KernelsUnavailable, build_table, write_table
-    from autotune.workers.sim.kernels_compose import compose_table
+    from autotune.workers.sim.kernels_compose import compose_table, routed_moe_part
     from autotune.workers.sim.step_table import TABLES_DIR, StepTable, model_precision, parse_layout
 
     gpu_info, model_info = catalogue.gpu(gpu), catalogue.model(model)
@@ -321,10 +321,16 @@ def kernels_build(
         raise ConfigError(f"--estimate-moe-from composes the checkpoint's own precision "
                           f"({model_precision(model_info)}); drop --precision {precision}")
     try:  # every layout first, then write: a failure leaves nothing half-written
-        tables = [compose_table(gpu_info, model_info, tp, dp, ep, estimate_moe_from,
-                                backend_version) if estimate_moe_from else
-                  build_table(gpu_info, model_info, tp, dp, ep, precision, backend_version)
-                  for tp, dp, ep in layouts]
+        tables = []
+        for tp, dp, ep in layouts:
+            if estimate_moe_from:  # records the routed experts' share itself
+                tables.append(compose_table(gpu_info, model_info, tp, dp, ep, estimate_moe_from,
+                                            backend_version))
+                continue
+            table = build_table(gpu_info, model_info, tp, dp, ep, precision, backend_version)
+            if dp > 1 and ep and model_info.num_experts:  # lockstep ranks share their experts
+                table = routed_moe_part(table, gpu_info, model_info, tp, dp, ep, backend_version)
+            tables.append(table)
     except KernelsUnavailable as exc:
         raise ConfigError(f"{exc}; the simulator keeps the roofline step model here") from None
     for table in tables:

@@ -63,3 +63,25 @@ def test_builder_refuses_the_fp4_checkpoint_on_h200() -> None:
                                                       "pip install 'autotune[aiconfigurator]'")
     with pytest.raises(KernelsUnavailable, match="has no step times for .*fp8_block/fp4"):
         build_table(H200, V4, 8, 1, True)
+
+
+def test_the_routed_experts_share_is_the_step_less_the_step_without_them() -> None:
+    """routed_moe_part's "other" step is the package's step with V4's MoE rows taken out, so
+    the share it records is what the MoE kernel adds: large for a prefill, and the same at
+    every context length; the full table is left as built."""
+    pytest.importorskip("aiconfigurator_core", reason="needs the optional extra: "
+                                                      "pip install 'autotune[aiconfigurator]'")
+    from autotune.workers.sim.kernels_compose import routed_moe_part
+
+    raw = build_table(H200, V4, 1, 8, True, FP8)
+    split = routed_moe_part(raw, H200, V4, 1, 8, True)
+    assert split["ms"] == raw["ms"] and split["prefill_ctx_ms"] == raw["prefill_ctx_ms"]
+    table = StepTable.from_dict(split)
+    other = StepTable.from_dict({**raw, "ms": split["parts"]["other_ms"]["ms"]})
+    for seqs, prefill in ((0, 8192), (64, 0), (8, 512)):
+        share = table.routed_moe_ms(seqs, prefill)
+        assert share == pytest.approx(table.gpu_ms(seqs, seqs * 1024, prefill)
+                                      - other.gpu_ms(seqs, seqs * 1024, prefill), abs=1e-4)
+    assert 0.3 < table.routed_moe_ms(0, 8192) / table.gpu_ms(0, 0, 8192) < 0.9
+    shares = split["parts"]["routed_moe_ms"]["ms"]
+    assert all(max(row) - min(row) < 1e-3 for plane in shares for row in plane)

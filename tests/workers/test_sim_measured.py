@@ -4,6 +4,8 @@ summing decode runs in closed form."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from autotune.domain.deployment import DEMO
@@ -101,6 +103,28 @@ def test_lockstep_decode_runs_price_every_step_as_one_step_does(seqs: list[int],
                for j in range(steps)]
     one_by_one = [perf.lockstep_step_s(b) for b in batches]
     assert run.tolist() == one_by_one
+
+
+def test_lockstep_ranks_experts_serve_the_ranks_mean_batch() -> None:
+    """A lone prefill on one DP+EP rank (the others idle) dispatches its tokens to every
+    rank's experts: its step prices the routed experts at the ranks' mean batch, not as if
+    every rank prefilled as many tokens (the table's equal-load sampling). With the ranks'
+    batches alike nothing changes, and a table without the experts' share keeps the old price."""
+    config = guide_heuristic(DEMO).merged(tensor_parallel_size=1, data_parallel_size=8,
+                                          enable_expert_parallel=True, max_num_seqs=1024)
+    perf = _started(config, step_precision=FP8).perf
+    assert isinstance(perf, MeasuredPerfModel) and perf.table.moe_ms is not None
+    prefill = RankBatch(0, 0, 8192, 1, 8192 * 4096.0)
+    everyone = perf.lockstep_step_s([prefill] * 8)
+    lone = perf.lockstep_step_s([prefill] + [None] * 7)
+    table = perf.table
+    shift = (table.routed_moe_ms(7 / 8, 1024) - table.routed_moe_ms(0, 8192)) / 1e3
+    assert lone == pytest.approx(everyone + shift) and lone < 0.7 * everyone
+    # Equal batches: the mean is each rank's own.
+    assert everyone == pytest.approx(perf._rank_s(prefill, None))
+    blind = MeasuredPerfModel(perf.gpu, perf.model, perf.shape, perf.profile,
+                              dataclasses.replace(table, moe_ms=None))
+    assert blind.lockstep_step_s([prefill] + [None] * 7) == pytest.approx(everyone)
 
 
 def test_campaign_settings_always_name_the_step_model() -> None:

@@ -170,6 +170,39 @@ def compose_table(gpu: GPU, model: Model, tp: int, dp: int = 1, ep: bool = False
                    by_dist, model, tp, dp, ep)
 
 
+def routed_moe_part(table: dict[str, Any], gpu: GPU, model: Model, tp: int, dp: int, ep: bool,
+                    backend_version: str = "0.24.0") -> dict[str, Any]:
+    """`table` (build_table's, for this layout) with the routed experts' share of each step
+    beside it (`parts`): the step less the same step with the MoE rows at the model's expert
+    shape taken out, as compose_table takes them out. A lockstep DP rank's experts serve every
+    rank's tokens, so the simulator reads that share at the ranks' mean batch
+    (perf_measured.MeasuredPerfModel)."""
+    try:
+        import pandas as pd  # noqa: F401  (read by _copy_root)
+    except ImportError:
+        raise KernelsUnavailable("splitting out the routed experts needs pandas (with pyarrow) "
+                                 "beside aiconfigurator-core") from None
+    system = SYSTEMS[gpu.name]
+
+    def without_moe(df: Any) -> Any:  # not zero: see compose_table
+        shape = ((df.hidden_size == model.hidden_size)
+                 & (df.inter_size == model.moe_intermediate_size)
+                 & (df.num_experts == model.num_experts) & (df.topk == model.experts_per_token))
+        if not shape.any():
+            raise KernelsUnavailable(f"{system} vllm {backend_version}: no MoE rows at "
+                                     f"{model.name}'s expert shape to take out")
+        df.loc[shape, "latency"] *= NEGLIGIBLE
+        return df
+
+    with tempfile.TemporaryDirectory(prefix="aic-root-") as tmp:
+        root = _copy_root(Path(tmp), system, backend_version, without_moe)
+        with _systems_root(root):
+            other = build_table(gpu, model, tp, dp, ep, table["precision"], backend_version)
+    return {**table, "parts": {
+        "other_ms": {k: other[k] for k in ("ms", "prefill_ctx_ms")},
+        "routed_moe_ms": {k: _minus(table[k], other[k]) for k in ("ms", "prefill_ctx_ms")}}}
+
+
 def _minus(a: list[Any], b: list[Any]) -> list[Any]:
     return np.round(np.asarray(a) - np.asarray(b), ROUND).tolist()
 

@@ -80,6 +80,11 @@ def _segments(axis: list[float], x: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return i, w
 
 
+def _has_shape(grid: list[list[list[float]]], shape: tuple[int, int, int]) -> bool:
+    return (len(grid) == shape[0] and all(len(r) == shape[1] for r in grid)
+            and all(len(c) == shape[2] for r in grid for c in r))
+
+
 @dataclass(frozen=True)
 class StepTable:
     """One measured table. ms[p][b][k]: GPU ms of a step with prefill_tokens[p] prompt tokens
@@ -99,6 +104,10 @@ class StepTable:
     prefill_context: list[float]
     prefill_ctx_ms: list[list[float]]
     path: str = ""
+    # The routed-expert MoE kernels' share of ms (the step less the same step with those
+    # kernels taken out, `kernels_compose.routed_moe_part`), where the table has it: a lockstep
+    # DP rank's experts serve every rank's tokens, not its own (MeasuredPerfModel).
+    moe_ms: list[list[list[float]]] | None = None
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], path: str = "") -> StepTable:
@@ -112,10 +121,10 @@ class StepTable:
                     decode_seqs=[float(v) for v in g["decode_seqs"]],
                     kv_per_seq=[float(v) for v in g["kv_per_seq"]], ms=raw["ms"],
                     prefill_context=[float(v) for v in g["prefill_context"]],
-                    prefill_ctx_ms=raw["prefill_ctx_ms"], path=path)
+                    prefill_ctx_ms=raw["prefill_ctx_ms"], path=path,
+                    moe_ms=raw.get("parts", {}).get("routed_moe_ms", {}).get("ms"))
         shape = (len(table.prefill_tokens), len(table.decode_seqs), len(table.kv_per_seq))
-        if (len(table.ms) != shape[0] or any(len(r) != shape[1] for r in table.ms)
-                or any(len(c) != shape[2] for r in table.ms for c in r)
+        if (any(not _has_shape(grid, shape) for grid in (table.ms, table.moe_ms) if grid)
                 or len(table.prefill_ctx_ms) != shape[0]
                 or any(len(r) != len(table.prefill_context) for r in table.prefill_ctx_ms)):
             raise ValueError(f"{path or 'step table'}: ms does not match its grid {shape}")
@@ -136,6 +145,25 @@ class StepTable:
         """GPU ms of one step: decode_seqs sequences decoding over decode_kv_tokens context
         tokens in all, with a prefill chunk of prefill_tokens tokens after prefill_context
         earlier tokens of its prompt. Multilinear in the grid's axes; an empty step is 0."""
+        total = self._at(self.ms, decode_seqs, decode_kv_tokens, prefill_tokens)
+        if prefill_context > 0 and prefill_tokens > 0:  # the chunk's attention over its prefix
+            total += self._prefill_ctx_ms(prefill_tokens, prefill_context) - self._prefill_ctx_ms(
+                prefill_tokens, 0.0)
+        return total
+
+    def routed_moe_ms(self, decode_seqs: float, prefill_tokens: float = 0.0) -> float:
+        """The routed experts' share of `gpu_ms` of a step of decode_seqs sequences and
+        prefill_tokens prompt tokens (0 without `moe_ms`). It is read at the grid's first
+        context: the experts see tokens, not their context (the share is the same, to 0.01 ms,
+        at every kv_per_seq of the committed tables)."""
+        if self.moe_ms is None:
+            return 0.0
+        return self._at(self.moe_ms, decode_seqs, decode_seqs * self.kv_per_seq[0],
+                        prefill_tokens)
+
+    def _at(self, grid: list[list[list[float]]], decode_seqs: float, decode_kv_tokens: float,
+            prefill_tokens: float) -> float:
+        """grid (ms or moe_ms) at one step, multilinear in its axes; an empty step is 0."""
         if decode_seqs <= 0 and prefill_tokens <= 0:
             return 0.0
         kv = decode_kv_tokens / decode_seqs if decode_seqs > 0 else self.kv_per_seq[0]
@@ -149,11 +177,8 @@ class StepTable:
             for b, wb in ((bi, 1 - bw), (bi + 1, bw)):
                 if wb == 0.0:
                     continue
-                row = self.ms[p][b]
+                row = grid[p][b]
                 total += wp * wb * ((1 - kw) * row[ki] + kw * row[ki + 1] if kw else row[ki])
-        if prefill_context > 0 and prefill_tokens > 0:  # the chunk's attention over its prefix
-            total += self._prefill_ctx_ms(prefill_tokens, prefill_context) - self._prefill_ctx_ms(
-                prefill_tokens, 0.0)
         return total
 
     def decode_run_ms(self, decode_seqs: float, decode_kv_tokens: np.ndarray) -> np.ndarray:
