@@ -160,6 +160,39 @@ def differences(c: Campaign, request: CampaignRequest) -> list[str]:
     return diffs
 
 
+def stored_step_model(storage_url: str, study_name: str) -> str | None:
+    """The simulator step model a campaign's simulated trials ran with, from their notes
+    (keys.BACKEND_NOTES, workers/sim/backend.py `notes`): "roofline" where the roofline was
+    asked for ("roofline; profile ..."), else "measured" (a table, or "roofline (no measured
+    table ...)", its fallback); None where no simulated trial is recorded."""
+    storage = optuna.storages.RDBStorage(storage_url)
+    try:
+        study_id = storage.get_study_id_from_name(study_name)
+        for trial in storage.get_all_trials(study_id, deepcopy=False):
+            label = (trial.user_attrs.get(keys.BACKEND_NOTES) or {}).get("step_model")
+            if label:
+                return "roofline" if label.startswith("roofline;") else "measured"
+        return None
+    except KeyError:
+        return None
+    finally:
+        storage.engine.dispose()
+
+
+def step_model_change(stored: str | None, request: CampaignRequest) -> SettingError | None:
+    """The refusal for a campaign resumed with another simulator step model: its measurements
+    would not be comparable (on the demo the two differ about ninefold)."""
+    sims = [request.options_of(b) for b in (request.backend, request.screen and
+                                            request.screen.backend) if b == "sim"]
+    asked = sims[0].get("step_model", "measured") if sims else None
+    if stored is None or asked is None or stored == asked:
+        return None
+    return SettingError("campaign {name!r} simulated its trials with the {stored} step model; "
+                        "resume it with AUTOTUNE_SIM__STEP_MODEL={stored}, or give "
+                        "{new_campaign} to start another", name=request.campaign,
+                        stored=stored)
+
+
 def stored_sampler(storage_url: str, study_name: str) -> str | None:
     """The --sampler a campaign's study was last run with (None: no such study, or none
     recorded)."""

@@ -20,7 +20,13 @@ from sqlalchemy.orm import Session
 from autotune.campaign import per_path as pp
 from autotune.campaign.multifidelity import Screening
 from autotune.campaign.requests import TuneRequest
-from autotune.campaign.resume import differences, sampler_change, stored_sampler
+from autotune.campaign.resume import (
+    differences,
+    sampler_change,
+    step_model_change,
+    stored_sampler,
+    stored_step_model,
+)
 from autotune.campaign.study import CampaignRequest, StudyController, comparisons
 from autotune.campaign.study.observer import LoggedOutput
 from autotune.domain.deployment import DeploymentSpec
@@ -146,6 +152,10 @@ def run_campaign(request: TuneRequest, *, settings: Settings | None = None,
             make_sampler(request.sampler, deployment_space(sub.search_space, sub.deployment),
                          seed=request.seed)
     done = check_existing(engine, [study_request, *path_requests])
+    for r in [study_request, *path_requests]:  # a completed one's result is shown as it is
+        if r.study_name not in done and (
+                refusal := step_model_change(stored_step_model(url, r.study_name), r)):
+            raise refusal  # before any trial runs: nothing is written
 
     def run(r: CampaignRequest) -> int:
         if r.study_name in done:
