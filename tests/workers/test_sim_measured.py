@@ -8,10 +8,10 @@ import dataclasses
 
 import pytest
 
-from autotune.domain.deployment import DEMO
+from autotune.domain.deployment import DEMO, DeploymentSpec
 from autotune.errors import ConfigError
 from autotune.measure.metrics import summarize
-from autotune.search.baselines import guide_heuristic
+from autotune.search.baselines import guide_heuristic, vllm_defaults
 from autotune.traffic.trace import Trace
 from autotune.workers.sim.backend import SimulatorBackend
 from autotune.workers.sim.perf import PerfModel, RankBatch
@@ -62,6 +62,21 @@ def test_measured_without_a_table_falls_back_to_the_roofline_and_says_why() -> N
     assert type(backend.perf) is PerfModel
     assert backend.notes()["step_model"].startswith(
         "roofline (no measured table for H200-141GB/DeepSeek-V4-Flash/TP8/bf16/bf16)")
+
+
+def test_a_dense_models_dp_ranks_run_on_their_tp_layouts_table() -> None:
+    """Dense DP ranks are independent engines: DP2xTP4 of Qwen3-32B runs on the TP4 table,
+    and says so; an MoE model's DP layout needs its own (lockstep) table."""
+    dep = DeploymentSpec(name="q", model="Qwen/Qwen3-32B", gpu="H100-80GB", gpu_count=8,
+                         tensor_parallel_size=4, max_model_len=8192)
+    backend = SimulatorBackend()
+    backend.start(vllm_defaults(dep).merged(data_parallel_size=2), dep)
+    assert isinstance(backend.perf, MeasuredPerfModel) and backend.perf.table.layout == "TP4"
+    assert "H100-80GB/Qwen3-32B/TP4/bf16" in backend.notes()["step_model"]
+    assert "for each of 2 independent DP ranks" in backend.notes()["step_model"]
+    moe = _started(guide_heuristic(DEMO).merged(tensor_parallel_size=4, data_parallel_size=2,
+                                                enable_expert_parallel=True))
+    assert isinstance(moe.perf, MeasuredPerfModel) and moe.perf.table.layout == "DP2xTP4+EP"
 
 
 def test_unknown_step_model_is_refused() -> None:

@@ -86,12 +86,21 @@ class SimulatorBackend(EngineBackend):
         table = None
         if self.step_model == MEASURED:
             model = deployment.model_info
+            # A dense model's DP ranks are independent engines (vllm/v1/engine/core.py,
+            # run_engine_core: "Non-MoE DP ranks are completely independent, so treat like
+            # DP=1"; only MoE models get the lockstep DPEngineCoreProc): each runs its TP
+            # layout's steps, so that layout's table prices them.
+            independent = shape.data_parallel_size > 1 and not model.num_experts
             chosen = select_step_model(
                 deployment.gpu_info.name, model.name,
-                layout_name(shape.tensor_parallel_size, shape.data_parallel_size,
+                layout_name(shape.tensor_parallel_size,
+                            1 if independent else shape.data_parallel_size,
                             shape.enable_expert_parallel),
                 self.step_precision or model_precision(model))
             table, self._step_label = chosen.table, chosen.label
+            if independent and table is not None:
+                self._step_label += (f", for each of {shape.data_parallel_size} independent DP "
+                                     "ranks")
         self._perf = start_perf(shape, deployment, profile, self.cpu_kvcache_space_gib, table)
 
     def notes(self) -> dict[str, str]:
