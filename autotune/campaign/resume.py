@@ -38,6 +38,7 @@ from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy import Engine, select, update
 from sqlalchemy.exc import IntegrityError
 
+from autotune.campaign import step_model
 from autotune.domain import optuna_keys as keys
 from autotune.domain.records import LatencySummary, TrialOutcome
 from autotune.domain.slo import SLO
@@ -161,17 +162,17 @@ def differences(c: Campaign, request: CampaignRequest) -> list[str]:
 
 
 def stored_step_model(storage_url: str, study_name: str) -> str | None:
-    """The simulator step model a campaign's simulated trials ran with, from their notes
-    (keys.BACKEND_NOTES, workers/sim/backend.py `notes`): "roofline" where the roofline was
-    asked for ("roofline; profile ..."), else "measured" (a table, or "roofline (no measured
-    table ...)", its fallback); None where no simulated trial is recorded."""
+    """The simulator step model (the setting) a campaign's simulated trials ran with, from
+    their notes (keys.BACKEND_NOTES): "roofline" where the roofline was asked for, else
+    "measured" (a table, or the roofline as its fallback); None where no simulated trial is
+    recorded."""
     storage = optuna.storages.RDBStorage(storage_url)
     try:
         study_id = storage.get_study_id_from_name(study_name)
         for trial in storage.get_all_trials(study_id, deepcopy=False):
             label = (trial.user_attrs.get(keys.BACKEND_NOTES) or {}).get("step_model")
             if label:
-                return "roofline" if label.startswith("roofline;") else "measured"
+                return "roofline" if step_model.kind(label) == step_model.ROOFLINE else "measured"
         return None
     except KeyError:
         return None

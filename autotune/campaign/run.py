@@ -27,6 +27,7 @@ from autotune.campaign.resume import (
     stored_sampler,
     stored_step_model,
 )
+from autotune.campaign.step_model import step_model_line
 from autotune.campaign.study import CampaignRequest, StudyController, comparisons
 from autotune.campaign.study.observer import LoggedOutput
 from autotune.domain.deployment import DeploymentSpec
@@ -115,7 +116,8 @@ def run_campaign(request: TuneRequest, *, settings: Settings | None = None,
     for line in space_summary(bound, spec):
         out.say(line)
     if "sim" in (backend, request.screen):
-        out.say(step_model_line(settings.sim.step_model))
+        out.say(step_model_line(bound, spec, options if backend == "sim" else
+                                screening.options if screening else {}))
     make_sampler(request.sampler, bound, seed=request.seed)  # refuse bad input now
     trace_path = request.trace or DEMO_TRACE
     loaded = load_trace(trace_path)
@@ -251,13 +253,3 @@ def _tune_paths(plans: list[pp.PathPlan], requests: list[CampaignRequest],
                                           comparisons(study)))
         s.rollback()  # read only
     return summaries
-
-
-def step_model_line(step_model: str) -> str:
-    """Which GPU step times the simulated trials use: the figures they give depend on it."""
-    if step_model == "measured":
-        return ("Simulator step model: measured kernel tables where the repository has one for "
-                "the GPU, model, layout and precision, else the roofline (each trial's notes "
-                "name which)")
-    return ("Simulator step model: roofline, as AUTOTUNE_SIM__STEP_MODEL asks (GPU coefficients "
-            "uncalibrated; the default, measured, uses a measured kernel table where there is one)")
