@@ -16,13 +16,20 @@ def test_every_demo_layout_has_a_partly_estimated_table() -> None:
 
 
 def test_layouts_without_a_table_are_named_with_what_is_missing() -> None:
+    dep = DeploymentSpec(name="g", model="openai/gpt-oss-120b", gpu="H100-80GB", gpu_count=8,
+                         tensor_parallel_size=8, max_model_len=8192)
+    text = line(deployment_space("chat", dep), dep, {})
+    assert text.startswith("Simulator step model: measured kernel tables for TP8; the roofline "
+                           "for TP8+EP, DP2xTP4+EP, DP4xTP2+EP, DP8+EP (no measured table for "
+                           "H100-80GB/gpt-oss-120b/TP8+EP/bf16/mxfp4; its GPU coefficients are "
+                           "uncalibrated")
+
+
+def test_a_dense_models_dp_layouts_run_on_their_tp_tables() -> None:
     dep = DeploymentSpec(name="q", model="Qwen/Qwen3-32B", gpu="H100-80GB", gpu_count=8,
                          tensor_parallel_size=8, max_model_len=8192)
     text = line(deployment_space("chat", dep), dep, {})
-    # Dense DP ranks run their TP layout's table; DP8 would need a TP1 bf16 one.
-    assert text.startswith("Simulator step model: measured kernel tables for TP8, DP2xTP4, "
-                           "DP4xTP2; the roofline for DP8 (no measured table for "
-                           "H100-80GB/Qwen3-32B/TP1/bf16; its GPU coefficients are uncalibrated")
+    assert text == "Simulator step model: measured kernel tables for TP8, DP2xTP4, DP4xTP2, DP8"
 
 
 def test_the_roofline_asked_for_is_said_once() -> None:

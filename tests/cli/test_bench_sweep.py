@@ -24,12 +24,12 @@ def test_a_sim_sweep_prints_one_object_and_writes_the_same(
         tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "m" / "sweep.json"
     code = main([*SIM, "--max-concurrency", "1,8,32", "--prompts-per-client", "3",
-                 "--step-model", "measured", "--json", "--out", str(out)])
+                 "--json", "--out", str(out)])  # the default step model: measured
     printed = json.loads(capfd.readouterr().out)
     assert code == 0
     assert printed == json.loads(out.read_text())
     assert printed["kind"] == "autotune.bench_sweep" and printed["backend"] == "sim"
-    assert printed["step_model"].startswith("roofline (no measured table")  # said, not hidden
+    assert printed["step_model"].startswith("measured table H100-80GB/Llama-3.1-8B/TP1/bf16")
     runs = printed["runs"]
     assert [r["max_concurrency"] for r in runs] == [1, 8, 32]
     assert [r["num_prompts"] for r in runs] == [3, 24, 96]  # per client

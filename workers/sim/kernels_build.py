@@ -38,9 +38,11 @@ DTYPES: dict[str, str | None] = {"bf16": "bfloat16", "fp8": "fp8", "fp8_block": 
 # meta-llama/Llama-3.1-70B is Hugging Face's current name of the repository the package keeps
 # as meta-llama/Meta-Llama-3.1-70B (renamed, same config.json); nvidia/Llama-3.1-8B-Instruct-FP8
 # is Llama-3.1-8B-Instruct (Meta-Llama-3.1-8B's architecture) in FP8, which the config's
-# weight_dtype says.
+# weight_dtype says; meta-llama/Llama-3.1-8B-Instruct (the catalogue's Llama-3.1-8B) is that
+# architecture in BF16 (the instruct tuning changes the weights, not the config's shapes).
 PACKAGE_MODEL_IDS = {"meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
-                     "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B"}
+                     "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B",
+                     "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Meta-Llama-3.1-8B"}
 
 def system_gpu(system: str) -> str:
     """The catalogue GPU of an aiconfigurator system name (h100_sxm -> H100-80GB)."""
