@@ -38,8 +38,8 @@ from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy import Engine, select, update
 from sqlalchemy.exc import IntegrityError
 
-from autotune.campaign import step_model
 from autotune.domain import optuna_keys as keys
+from autotune.domain import step_model
 from autotune.domain.records import LatencySummary, TrialOutcome
 from autotune.domain.slo import SLO
 from autotune.errors import CampaignBusyError, ConfigError, SettingError, SettingText, StorageError
@@ -172,7 +172,7 @@ def stored_step_model(storage_url: str, study_name: str) -> str | None:
         for trial in storage.get_all_trials(study_id, deepcopy=False):
             label = (trial.user_attrs.get(keys.BACKEND_NOTES) or {}).get("step_model")
             if label:
-                return "roofline" if step_model.kind(label) == step_model.ROOFLINE else "measured"
+                return step_model.setting(label)
         return None
     except KeyError:
         return None

@@ -51,7 +51,7 @@ def test_a_raised_log_level_silences_the_progress_lines(migrated_sqlite: str) ->
     assert "autotune.progress" not in proc.stderr
     assert "Top trials of demo:demo" in proc.stdout  # the result still prints
     # The figures depend on the simulator's step model, so the run names it.
-    assert "Simulator step model: partly estimated tables for TP8, TP8+EP" in proc.stdout
+    assert "Simulator step model: partly estimated kernel tables for TP8, TP8+EP" in proc.stdout
 
 
 def test_at_info_each_event_is_still_one_line(migrated_sqlite: str) -> None:

@@ -157,6 +157,10 @@ def test_names_every_trial_and_the_winner(report_db: ReportDb, report_dir: Path)
     assert "No confirmation ran for this campaign" in "".join(page.text)
     assert "confirmations" not in page.rows and "Decision" not in summary
     assert "ttft_p99 ≤ 2000 ms" in summary["SLO"]
+    # What priced the simulated steps, read from the trials' notes (the demo checkpoint's
+    # FP4-expert tables are partly estimated).
+    assert summary["Simulator step model"].startswith("partly estimated kernel tables for TP8")
+    assert "(from aiconfigurator-core 0.12.0" in summary["Simulator step model"]
 
 
 def test_marks_infeasible_trials(report_db: ReportDb, report_dir: Path) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from autotune.domain import optuna_keys as keys
+from autotune.domain import step_model
 from autotune.domain.engine_config import EngineConfig
 from autotune.domain.parallelism import Strategy
 from autotune.domain.trial_record import TrialRecord
@@ -184,6 +185,9 @@ class CampaignReport:
     screen_backend: str | None = None  # multi-fidelity: the simulator that screened
     # The winner's values that change the model's numerics (autotune.search.accuracy), as text.
     winner_numerics: tuple[str, ...] = ()
+    # What priced the simulated trials' GPU steps (autotune.domain.step_model.summary); None
+    # where no trial was simulated.
+    step_model: str | None = None
 
     def by_state(self, state: str) -> int:
         return sum(1 for t in self.trials if t.state == state)
@@ -362,6 +366,20 @@ def importances(storage_url: str, study_name: str, fidelity: str | None = None) 
     return Importances(values={k: float(v) for k, v in values.items()})
 
 
+def step_models(storage_url: str, study_name: str, layouts: dict[int, str]) -> str | None:
+    """The step models of the study's simulated trials, from their notes (keys.BACKEND_NOTES),
+    with each trial's parallel layout (`layouts`, by trial number)."""
+    import optuna
+
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage_url)
+    except KeyError:
+        return None
+    return step_model.summary(
+        (layouts.get(t.number), label) for t in study.get_trials(deepcopy=False)
+        if (label := (t.user_attrs.get(keys.BACKEND_NOTES) or {}).get("step_model")))
+
+
 def gather(session: Session, campaign: Campaign, storage_url: str) -> CampaignReport:
     dep = campaign.deployment
     trials = tuple(_trial(t) for t in campaign.trials)
@@ -388,4 +406,6 @@ def gather(session: Session, campaign: Campaign, storage_url: str) -> CampaignRe
         importances=importances(storage_url, campaign.study_name, campaign.screen_backend),
         screen_backend=campaign.screen_backend,
         winner_numerics=tuple(c.text() for c in accuracy.campaign_changes(
-            campaign, best.engine_config)) if best is not None else ())
+            campaign, best.engine_config)) if best is not None else (),
+        step_model=step_models(storage_url, campaign.study_name, {
+            t.number: Strategy.of(t.engine_config).name for t in campaign.trials}))

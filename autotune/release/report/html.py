@@ -95,6 +95,7 @@ def _summary(report: CampaignReport) -> list[tuple[str, str]]:
                                 f" trials), then {report.backend}; only {report.backend} results "
                                 "are ranked and published" if report.screen_backend
                                 else report.backend) + f" / {report.executor}"),
+        *([("Simulator step model", report.step_model)] if report.step_model else []),
         ("Search space, seed", f"{report.search_space}, seed {report.seed}"),
         ("Optuna study", report.study_name),
         ("Trials", trials),

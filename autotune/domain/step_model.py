@@ -1,0 +1,73 @@
+"""The simulator's GPU step models as its engines' notes name them (workers/sim/backend.py
+`notes()["step_model"]`, kept with each simulated trial), read back by the layers that may
+not import the simulator: the campaign (its opening line, resume) and the report.
+
+A label starts with what priced the steps: "measured table GPU/model/layout/precision (source)",
+"partly estimated table ..." (some kernels estimated: the label says which and by how much),
+"roofline (no measured table for GPU/model/layout/precision)" (the measured model's fallback)
+or "roofline" (asked for)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+MEASURED, ESTIMATED, FALLBACK, ROOFLINE = ("measured", "partly estimated", "no table",
+                                           "roofline")
+_LAYOUT = re.compile(r"/(DP\d+(?:xTP\d+)?(?:\+EP)?|TP\d+(?:\+EP)?)/")
+_MISSING = re.compile(r"\((no measured table for [^)]*)\)")
+UNCALIBRATED = "uncalibrated GPU coefficients: capacities can be several times off on a GPU"
+
+
+def kind(label: str) -> str:
+    """MEASURED, ESTIMATED, FALLBACK or ROOFLINE: what a label says priced the steps."""
+    if label.startswith("measured table"):
+        return MEASURED
+    if label.startswith("partly estimated table"):
+        return ESTIMATED
+    return FALLBACK if label.startswith("roofline (no measured table") else ROOFLINE
+
+
+def setting(label: str) -> str:
+    """The AUTOTUNE_SIM__STEP_MODEL value a trial with this label ran under."""
+    return "roofline" if kind(label) == ROOFLINE else "measured"
+
+
+def summary(runs: Iterable[tuple[str | None, str]]) -> str | None:
+    """One line for people from (parallel layout, label) pairs, one per engine: each kind of
+    step model with the layouts it priced, the tables' source and the first missing table;
+    None without a pair (no simulated trial). A layout of None is read from the label (its
+    table's layout)."""
+    layouts: dict[str, list[str]] = {}
+    sources, missing = [], []
+    for name, label in runs:
+        found = kind(label)
+        names = layouts.setdefault(found, [])
+        if name is None and (m := _LAYOUT.search(label)):
+            name = m.group(1)
+        if name and name not in names:
+            names.append(name)
+        if found in (MEASURED, ESTIMATED) and " (" in label:
+            src = label.split(" (", 1)[1].split(")", 1)[0]
+            sources += [src] if src not in sources else []
+        if found == FALLBACK and (m := _MISSING.search(label)):
+            missing.append(m.group(1))
+    if not layouts:
+        return None
+
+    def where(k: str) -> str:
+        return f" for {', '.join(layouts[k])}" if layouts[k] else ""
+
+    parts = []
+    if MEASURED in layouts:
+        parts.append(f"measured kernel tables{where(MEASURED)}")
+    if ESTIMATED in layouts:
+        parts.append(f"partly estimated kernel tables{where(ESTIMATED)} (each trial's notes say "
+                     "which part, and by how much it may be off)")
+    text = "; ".join(parts) + (f" (from {'; '.join(sources)})" if sources else "")
+    if FALLBACK in layouts:
+        text += ("; " if text else "") + f"the roofline{where(FALLBACK)} ({missing[0]}; {UNCALIBRATED})"
+    if ROOFLINE in layouts:
+        text += ("; " if text else "") + (f"the roofline, as AUTOTUNE_SIM__STEP_MODEL asks "
+                                          f"({UNCALIBRATED})")
+    return text
