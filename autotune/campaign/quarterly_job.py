@@ -16,6 +16,8 @@ from sqlalchemy.orm import Session
 
 from autotune.campaign import quarterly as q
 from autotune.campaign.requests import QuarterlyRequest
+from autotune.campaign.resume import step_model_change, stored_step_model
+from autotune.campaign.step_model import step_model_line
 from autotune.campaign.study import CampaignRequest, StudyController
 from autotune.campaign.study.observer import LoggedOutput
 from autotune.domain.records import CapacitySearch
@@ -94,7 +96,8 @@ def run_quarterly(request: QuarterlyRequest, *, settings: Settings | None = None
                           f"{', '.join(available_backends())}")
     options = backend_options(backend, settings, request.model_path, request.engine_args)
     space_name = space_name_for(spec, space)
-    check_searchable(deployment_space(space_name, spec), backend)
+    bound = deployment_space(space_name, spec)
+    check_searchable(bound, backend)
     # Before the trace is read: a missing Ray is one line, not one after the traffic summary.
     address = request.ray_address or settings.ray_address
     executor = "ray" if address else "inline"
@@ -113,9 +116,15 @@ def run_quarterly(request: QuarterlyRequest, *, settings: Settings | None = None
         parallel=request.parallel, search_space=space_name, max_trials=request.max_trials,
         search=CapacitySearch(), backend_options=options, budget=request.budget(),
         confirm=request.confirm_plan(0), references=refs, period=label)
+    # A job that died mid-campaign is resumed here: on the step model it ran on, or refused.
+    if refusal := step_model_change(stored_step_model(url, study_request.study_name),
+                                    study_request, new_campaign=False):
+        raise refusal
     out.say(f"{request.deployment} {label}: campaign {run.campaign!r}, {len(traffic)} requests, "
             f"{len(refs)} references enqueued first "
             f"({', '.join(r.tag for r in refs) or 'none'})")
+    if backend == "sim":
+        out.say(step_model_line(bound, spec, options))
     watcher = out.progress()
     try:
         campaign_id = StudyController(engine, url, study_request, runner, observer=watcher,

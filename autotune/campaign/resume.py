@@ -180,18 +180,20 @@ def stored_step_model(storage_url: str, study_name: str) -> str | None:
         storage.engine.dispose()
 
 
-def step_model_change(stored: str | None, request: CampaignRequest) -> SettingError | None:
+def step_model_change(stored: str | None, request: CampaignRequest, *,
+                      new_campaign: bool = True) -> SettingError | None:
     """The refusal for a campaign resumed with another simulator step model: its measurements
-    would not be comparable (on the demo the two differ about ninefold)."""
+    would not be comparable (on the demo the two differ about ninefold). new_campaign: the
+    command can start another campaign instead (`tune --new-campaign`)."""
     sims = [request.options_of(b) for b in (request.backend, request.screen and
                                             request.screen.backend) if b == "sim"]
     asked = sims[0].get("step_model", "measured") if sims else None
     if stored is None or asked is None or stored == asked:
         return None
     return SettingError("campaign {name!r} simulated its trials with the {stored} step model; "
-                        "resume it with AUTOTUNE_SIM__STEP_MODEL={stored}, or give "
-                        "{new_campaign} to start another", name=request.campaign,
-                        stored=stored)
+                        "resume it with AUTOTUNE_SIM__STEP_MODEL={stored}"
+                        + (", or give {new_campaign} to start another" if new_campaign else ""),
+                        name=request.campaign, stored=stored)
 
 
 def stored_sampler(storage_url: str, study_name: str) -> str | None:

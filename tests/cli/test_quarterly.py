@@ -328,3 +328,22 @@ def test_tune_takes_the_same_budget(db: Path) -> None:
                   env=_env(db))
     assert gpu.returncode == 0, gpu.stderr[-2000:]
     assert "search stopped by max gpu hours" in " ".join(gpu.stdout.split())
+
+
+def test_a_dead_job_resumed_on_another_step_model_is_refused(db: Path) -> None:
+    """A quarter's campaign simulated on the roofline, whose job died, is not finished on the
+    measured tables: its capacities would mix two scales. One line, exit 2, nothing written."""
+    first = _q(db, "--period", "2029Q1", *FAST, AUTOTUNE_SIM__STEP_MODEL="roofline")
+    assert first.returncode in (0, 4), first.stderr[-2000:]
+    with sqlite3.connect(db) as c:  # as a job killed before it decided leaves the campaign
+        c.execute("update autotune_campaigns set status = 'failed', finished_at = null, "
+                  "decision = null, decided_at = null where period = '2029Q1'")
+        trials = c.execute("select count(*) from autotune_trials").fetchone()[0]
+    second = _q(db, "--period", "2029Q1", *FAST)  # the default step model: measured
+    assert second.returncode == 2, second.stderr[-2000:]
+    errors = [line for line in second.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0].endswith(
+        "campaign '2029Q1' simulated its trials with the roofline step model; resume it "
+        "with AUTOTUNE_SIM__STEP_MODEL=roofline"), second.stderr
+    with sqlite3.connect(db) as c:
+        assert c.execute("select count(*) from autotune_trials").fetchone()[0] == trials
