@@ -27,7 +27,9 @@ counted apart, `repeats_per_seed`), at most 10 asks per trial, as the controller
 (autotune/campaign/study/loop.py) counts them; constraints set on every trial.
 
 Usage: .venv/bin/python benchmarks/search_efficiency.py [--quick] [--seeds N] [--first-seed K]
-[--jobs N]
+[--jobs N] [--step-model roofline|measured]
+The simulator runs the roofline unless --step-model measured (campaigns' default since
+2026-12-06): the sampler's constants above were chosen on the roofline.
 Prints a table, then one JSON line with pct_of_optimum, gain_vs_default_pct,
 gain_vs_heuristic_pct, gain_vs_recipe_pct and repeats_per_seed.
 """
@@ -128,13 +130,12 @@ Key = tuple[tuple[str, Any], ...]
 Measured = tuple[float, dict[str, float], bool, dict[str, Any]]
 
 
-def measure(trace: Trace, slo_text: str, dep: DeploymentSpec, config: EngineConfig) -> Measured:
+def measure(trace: Trace, slo_text: str, dep: DeploymentSpec, config: EngineConfig,
+            step_model: str = "roofline") -> Measured:
     slo = parse_slo(slo_text)
     spec = TrialSpec(study_name="search-efficiency", trial_number=0, config=config,
                      deployment=dep, trace=trace, slo=slo, backend="sim", search=SEARCH)
-    # The roofline, the step model the sampler's constants were chosen on (the figures in
-    # docs/benchmarks/search-efficiency.md); campaigns default to the measured tables.
-    outcome = run_trial(spec, SimulatorBackend(step_model="roofline"))
+    outcome = run_trial(spec, SimulatorBackend(step_model=step_model))
     constraints = outcome_constraints(outcome, slo)
     value = outcome.capacity_output_tok_s if is_feasible(constraints) else 0.0
     top = SEARCH.ladder(trace.duration_s)[-1]
@@ -145,14 +146,19 @@ def measure(trace: Trace, slo_text: str, dep: DeploymentSpec, config: EngineConf
 class Objective:
     """Capacity of a config on one trace (0 if infeasible), measured once per config."""
 
-    def __init__(self, trace: Trace, slo_text: str, dep: DeploymentSpec, jobs: int = 1) -> None:
+    def __init__(self, trace: Trace, slo_text: str, dep: DeploymentSpec, jobs: int = 1,
+                 step_model: str = "roofline") -> None:
         self.trace, self.slo_text, self.slo, self.dep, self.jobs = (
             trace, slo_text, parse_slo(slo_text), dep, jobs)
+        self.step_model = step_model
         self.cache: dict[Key, Measured] = {}
         self.wall_s = 0.0
         self.measured = 0  # measurements made in this run (not read from disk)
-        digest = hashlib.sha256(json.dumps([CACHE_FORMAT, trace.digest, slo_text, repr(SEARCH),
-                                            dep.name, _sim_digest()]).encode()).hexdigest()[:16]
+        # The roofline's key is as it was before the option (caches of earlier runs stay valid).
+        keyed = [CACHE_FORMAT, trace.digest, slo_text, repr(SEARCH), dep.name, _sim_digest()]
+        if step_model != "roofline":
+            keyed.append(step_model)
+        digest = hashlib.sha256(json.dumps(keyed).encode()).hexdigest()[:16]
         self.path = CACHE_DIR / f"{trace.name}-{digest}.json"
         if self.path.exists():
             for row in json.loads(self.path.read_text()):
@@ -173,9 +179,10 @@ class Objective:
             with ProcessPoolExecutor(self.jobs) as pool:
                 results = list(pool.map(measure, [self.trace] * len(todo),
                                         [self.slo_text] * len(todo), [self.dep] * len(todo),
-                                        todo, chunksize=1))
+                                        todo, [self.step_model] * len(todo), chunksize=1))
         else:
-            results = [measure(self.trace, self.slo_text, self.dep, c) for c in todo]
+            results = [measure(self.trace, self.slo_text, self.dep, c, self.step_model)
+                       for c in todo]
         for config, result in zip(todo, results, strict=True):
             self.cache[self.key(config)] = result
         self.measured += len(todo)
@@ -265,6 +272,10 @@ def main() -> None:
                              "sampler change made while looking at seed 0's")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                         help="processes measuring the exhaustive grid")
+    parser.add_argument("--step-model", choices=("roofline", "measured"), default="roofline",
+                        help="the simulator's GPU step model: roofline (default: the model the "
+                             "sampler's constants were chosen on, the figures in docs/benchmarks"
+                             "/search-efficiency.md) or measured (campaigns' default)")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     seeds = [args.first_seed] if args.quick else list(range(args.first_seed,
@@ -285,7 +296,8 @@ def main() -> None:
     t0 = time.monotonic()
     for make_trace in traces:
         trace = make_trace(seed=args.trace_seed)
-        objective = Objective(trace, SLOS[trace.name], dep, jobs=args.jobs)
+        objective = Objective(trace, SLOS[trace.name], dep, jobs=args.jobs,
+                              step_model=args.step_model)
         optimum, best_config, values = exhaustive(space, objective)
         default = objective(base_config("vllm-default", dep))[0]
         heuristic = objective(base_config("guide-heuristic", dep))[0]
@@ -359,7 +371,7 @@ def main() -> None:
                       "pct_of_optimum_by_trace": by_trace, "trials_to_98pct": to_98,
                       "optimum": optima, "slo": SLOS, "window_s": SEARCH.window_s,
                       "bisect_steps": SEARCH.bisect_steps, "seeds": len(seeds),
-                      "wall_s": round(wall_s, 1)}))
+                      "step_model": args.step_model, "wall_s": round(wall_s, 1)}))
 
 
 if __name__ == "__main__":
