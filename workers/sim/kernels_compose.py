@@ -159,15 +159,20 @@ def compose_table(gpu: GPU, model: Model, tp: int, dp: int = 1, ep: bool = False
         df.loc[target, "latency"] *= NEGLIGIBLE  # token count by utilisation, 1/latency
         return df
 
-    tables = {}
-    for name, rewrite in (("composed", with_estimate), ("other", without_moe)):
-        with tempfile.TemporaryDirectory(prefix="aic-root-") as tmp:
-            root = _copy_root(Path(tmp), system, backend_version, rewrite)
-            with _systems_root(root):
-                tables[name] = build_table(gpu, model, tp, dp, ep, f"{dense}/{STAND_IN}",
-                                           backend_version)
+    tables = {name: _build_rewritten(rewrite, gpu, model, tp, dp, ep, f"{dense}/{STAND_IN}",
+                                     backend_version)
+              for name, rewrite in (("composed", with_estimate), ("other", without_moe))}
     return _record(tables["composed"], tables["other"], measured, precision, estimate_from,
                    by_dist, model, tp, dp, ep)
+
+
+def _build_rewritten(rewrite: Callable[[Any], Any], gpu: GPU, model: Model, tp: int, dp: int,
+                     ep: bool, precision: str, backend_version: str) -> dict[str, Any]:
+    """build_table on a private copy of the package's data whose MoE rows `rewrite` changed."""
+    with tempfile.TemporaryDirectory(prefix="aic-root-") as tmp:
+        root = _copy_root(Path(tmp), SYSTEMS[gpu.name], backend_version, rewrite)
+        with _systems_root(root):
+            return build_table(gpu, model, tp, dp, ep, precision, backend_version)
 
 
 def routed_moe_part(table: dict[str, Any], gpu: GPU, model: Model, tp: int, dp: int, ep: bool,
@@ -194,10 +199,8 @@ def routed_moe_part(table: dict[str, Any], gpu: GPU, model: Model, tp: int, dp: 
         df.loc[shape, "latency"] *= NEGLIGIBLE
         return df
 
-    with tempfile.TemporaryDirectory(prefix="aic-root-") as tmp:
-        root = _copy_root(Path(tmp), system, backend_version, without_moe)
-        with _systems_root(root):
-            other = build_table(gpu, model, tp, dp, ep, table["precision"], backend_version)
+    other = _build_rewritten(without_moe, gpu, model, tp, dp, ep, table["precision"],
+                             backend_version)
     return {**table, "parts": {
         "other_ms": {k: other[k] for k in ("ms", "prefill_ctx_ms")},
         "routed_moe_ms": {k: _minus(table[k], other[k]) for k in ("ms", "prefill_ctx_ms")}}}
