@@ -54,6 +54,9 @@ test-wheel: $(BIN)/python
 	cd "$$tmp"; export AUTOTUNE_DATABASE_URL="sqlite:///$$tmp/wheel.db"; \
 	venv/bin/python -c 'import autotune as a, sys; sys.exit(None if a.__file__.startswith(sys.prefix) \
 	    else f"test-wheel: autotune imported from {a.__file__}, not the venv")'; \
+	venv/bin/python -c 'import sys; from autotune.workers.sim.profile import find_profile as f; \
+	    sys.exit(None if f("H200-141GB", "Qwen3-32B", "gpu", None).fit \
+	    else "test-wheel: the GPU profiles fitted to the kernel tables are not in the wheel")'; \
 	venv/bin/autotune db upgrade; \
 	venv/bin/autotune tune --deployment demo --campaign wheel-check --trials 3; \
 	venv/bin/autotune check-config --model DeepSeek-V4-Flash --gpu H200-141GB --gpus 8 -- \

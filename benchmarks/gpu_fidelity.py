@@ -31,8 +31,10 @@ and above the band the two span (`band_stats`; a real engine's clients sit betwe
 states, docs/benchmarks/gpu-fidelity.md). A diagnostic, not a target; --no-band skips it.
 
 Step model: the measured step table (workers/sim/kernels/) where the repository has one for the
-row's GPU, model, layout and precision, else the roofline (bundled, uncalibrated profile). Where
-a table exists both run, and the roofline's figures on those rows are printed beside.
+row's GPU, model, layout and precision, else the roofline with the GPU's bundled profile (its
+GPU coefficients fitted to the measured tables, workers/sim/profiles/gpu/; never to these rows).
+Where a table exists both run, and the roofline's figures on those rows are printed beside (the
+roofline's fit saw those tables, so on them it is not out of sample).
 
 aiconfigurator's estimate (benchmarks/gpu_fidelity_aic.py) needs the optional extra
 `autotune[aiconfigurator]`; without it that column is reported absent in one line.
@@ -166,7 +168,7 @@ def simulate(m: MatchedRow, table_wanted: bool, rounds: tuple[int, int], stat: s
         return f"sim: {str(exc).splitlines()[0]}", ROOFLINE
     chosen = select_step_model(m.gpu.name, m.catalogue_model, m.layout, m.precision)
     table = chosen.table if table_wanted else None
-    profile = find_profile(m.gpu.name, m.catalogue_model, "gpu", None)  # bundled, uncalibrated
+    profile = find_profile(m.gpu.name, m.catalogue_model, "gpu", None)  # bundled: fitted to tables
     try:
         perf = start_perf(shape, dep, profile, table=table)
     except EngineStartError as exc:

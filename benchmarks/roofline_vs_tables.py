@@ -2,7 +2,8 @@
 
 For every committed measured table (workers/sim/kernels/) of a GPU, model, layout and precision
 the GPU fidelity rows ran at (benchmarks/gpu_fidelity_rows.py), the same engine is built with
-the roofline and the bundled, uncalibrated `gpu` profile, and the GPU time of one step is set
+the roofline and the bundled, uncalibrated `gpu` profile (not the GPU's fit to the tables:
+benchmarks/roofline_fit.py judges that), and the GPU time of one step is set
 side by side: decode steps at 1, 32 and 128 sequences over 4,096 context tokens each, and a
 prefill of 512, 2,048 and 8,192 tokens alone. Printed as roofline / table: below 1 the roofline
 is fast. A diagnostic for calibrating the roofline against the kernel tables (never against the
@@ -27,7 +28,7 @@ from rich.table import Table
 from autotune.errors import ConfigError, EngineStartError
 from autotune.workers.sim.engine import start_perf
 from autotune.workers.sim.perf import PerfModel
-from autotune.workers.sim.profile import find_profile
+from autotune.workers.sim.profile import BUNDLED, load_profile
 from autotune.workers.sim.step_table import StepTable, select_step_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -40,10 +41,11 @@ PREFILL_TOKENS = (512, 2048, 8192)
 
 
 def roofline_for(m: MatchedRow) -> PerfModel:
-    """The row's engine (as gpu_fidelity.py builds it) on the roofline with the bundled
-    profile."""
+    """The row's engine (as gpu_fidelity.py builds it) on the roofline with the bundled,
+    generic profile."""
     dep, shape = row_engine(m)
-    return start_perf(shape, dep, find_profile(m.gpu.name, m.catalogue_model, "gpu", None))
+    # The generic coefficients, not the GPU's fit to these same tables (roofline_fit.py).
+    return start_perf(shape, dep, load_profile(BUNDLED / "gpu.yaml"))
 
 
 def ratios(roof: PerfModel, table: StepTable) -> dict[str, float]:

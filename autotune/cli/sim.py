@@ -340,3 +340,43 @@ def kernels_build(
                       f"{step.gpu_ms(1, 4096):.2f} / {step.gpu_ms(32, 32 * 4096):.2f} / "
                       f"{step.gpu_ms(256, 256 * 4096):.2f} ms, prefill of 2048 / 8192 tokens "
                       f"{step.gpu_ms(0, 0, 2048):.2f} / {step.gpu_ms(0, 0, 8192):.2f} ms")
+
+
+@kernels_app.command("fit-roofline")
+def kernels_fit_roofline(
+    gpu: Annotated[list[str] | None, typer.Option(
+        help="GPU to fit, repeatable (default: every GPU whose tables cover at least three "
+             "models).")] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="Folder for the profiles (default: the bundled workers/sim/profiles/gpu/, which "
+             "the simulator uses for a GPU where an engine has no measured table).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the fits as one JSON object.")] = False,
+) -> None:
+    """Fit the roofline's GPU coefficients to the committed measured tables of each GPU and
+    write one profile per GPU (<out>/<GPU>.yaml). Prints each model's error with the bundled
+    coefficients and with those fitted to the other models' tables: how the roofline does on a
+    model that has no table. Reads only the committed tables; no optional extra needed."""
+    from autotune.atomic import atomic_write_text
+    from autotune.domain import catalogue
+    from autotune.workers.sim.profile import BUNDLED_GPU_FITS
+    from autotune.workers.sim.roofline_fit import fittable_gpus, fitted_profile
+
+    names = [catalogue.gpu(g).name for g in gpu] if gpu else fittable_gpus()
+    profiles = [fitted_profile(name) for name in names]  # every fit first: all or nothing
+    folder = out or BUNDLED_GPU_FITS
+    for p in profiles:
+        assert p.fit is not None
+        path = folder / f"{p.gpu}.yaml"
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, p.to_yaml())
+        before, after = p.fit["error_bundled"], p.fit["error_fitted"]
+        console.print(f"{path}: {len(p.fit['tables'])} tables; step-time error (median |%|, "
+                      f"signed median) bundled {before['ape_median']} ({before['signed_median']:+}), "
+                      f"fitted {after['ape_median']} ({after['signed_median']:+})", highlight=False)
+        for model, row in p.fit["leave_one_model_out"].items():
+            left_out = row.get("fitted_without_it")
+            console.print(f"  {model}: bundled {row['bundled']['ape_median']}, fitted without "
+                          f"it {left_out['ape_median'] if left_out else '-'}", highlight=False)
+    if as_json:
+        output.emit({p.gpu: {"coefficients": dataclasses.asdict(p.coefficients), "fit": p.fit}
+                     for p in profiles})

@@ -5,7 +5,8 @@ not import the simulator: the campaign (its opening line, resume) and the report
 A label starts with what priced the steps: "measured table GPU/model/layout/precision (source)",
 "partly estimated table ..." (some kernels estimated: the label says which and by how much),
 "roofline (no measured table for GPU/model/layout/precision)" (the measured model's fallback)
-or "roofline" (asked for)."""
+or "roofline" (asked for); then "; profile GPU/model vN (...)", where the parentheses say
+whether the roofline's coefficients are fitted and to what."""
 
 from __future__ import annotations
 
@@ -17,6 +18,17 @@ MEASURED, ESTIMATED, FALLBACK, ROOFLINE = ("measured", "partly estimated", "no t
 _LAYOUT = re.compile(r"/(DP\d+(?:xTP\d+)?(?:\+EP)?|TP\d+(?:\+EP)?)/")
 _MISSING = re.compile(r"\((no measured table for [^)]*)\)")
 UNCALIBRATED = "uncalibrated GPU coefficients: capacities can be several times off on a GPU"
+# How a profile fitted to a GPU's measured tables (workers/sim/roofline_fit.py) is named in a
+# label's "profile GPU/model vN (...)" part, followed by its error on models left out of it.
+TABLE_FIT = "GPU coefficients fitted to measured kernel tables"
+_TABLE_FIT = re.compile(r"\((" + TABLE_FIT + r"[^)]*)\)")
+
+
+def coefficients(label: str) -> str:
+    """What the label says of the roofline's GPU coefficients: fitted to the GPU's measured
+    tables (and how far off that leaves a model without one), or uncalibrated."""
+    m = _TABLE_FIT.search(label)
+    return m.group(1) if m else UNCALIBRATED
 
 
 def kind(label: str) -> str:
@@ -39,9 +51,11 @@ def summary(runs: Iterable[tuple[str | None, str]]) -> str | None:
     None without a pair (no simulated trial). A layout of None is read from the label (its
     table's layout)."""
     layouts: dict[str, list[str]] = {}
-    sources, missing = [], []
+    sources, missing, roofline = [], [], []
     for name, label in runs:
         found = kind(label)
+        if found in (FALLBACK, ROOFLINE):
+            roofline += [coefficients(label)] if coefficients(label) not in roofline else []
         names = layouts.setdefault(found, [])
         if name is None and (m := _LAYOUT.search(label)):
             name = m.group(1)
@@ -65,9 +79,11 @@ def summary(runs: Iterable[tuple[str | None, str]]) -> str | None:
         parts.append(f"partly estimated kernel tables{where(ESTIMATED)} (each trial's notes say "
                      "which part, and by how much it may be off)")
     text = "; ".join(parts) + (f" (from {'; '.join(sources)})" if sources else "")
+    gpu_coefficients = "; ".join(roofline)
     if FALLBACK in layouts:
-        text += ("; " if text else "") + f"the roofline{where(FALLBACK)} ({missing[0]}; {UNCALIBRATED})"
+        text += ("; " if text else "") + (f"the roofline{where(FALLBACK)} ({missing[0]}; "
+                                          f"{gpu_coefficients})")
     if ROOFLINE in layouts:
         text += ("; " if text else "") + (f"the roofline, as AUTOTUNE_SIM__STEP_MODEL asks "
-                                          f"({UNCALIBRATED})")
+                                          f"({gpu_coefficients})")
     return text

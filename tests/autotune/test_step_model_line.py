@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from autotune.campaign.step_model import step_model_line as line
 from autotune.domain.deployment import DEMO, DeploymentSpec
 from autotune.search.space import deployment_space
@@ -20,11 +22,20 @@ def test_layouts_without_a_table_are_named_with_what_is_missing() -> None:
     dep = DeploymentSpec(name="g", model="openai/gpt-oss-120b", gpu="H100-80GB", gpu_count=8,
                          tensor_parallel_size=8, max_model_len=8192)
     text = line(deployment_space("chat", dep), dep, {})
-    assert text == ("Simulator step model: measured kernel tables for TP8 (from aiconfigurator-"
-                    "core 0.12.0, vllm 0.24.0 kernel tables); the roofline for TP8+EP, "
-                    "DP2xTP4+EP, DP4xTP2+EP, DP8+EP (no measured table for H100-80GB/gpt-oss-120b/"
-                    "TP8+EP/bf16/mxfp4; uncalibrated GPU coefficients: capacities can be several "
-                    "times off on a GPU)")
+    assert re.fullmatch(
+        r"Simulator step model: measured kernel tables for TP8 \(from aiconfigurator-core "
+        r"0\.12\.0, vllm 0\.24\.0 kernel tables\); the roofline for TP8\+EP, DP2xTP4\+EP, "
+        r"DP4xTP2\+EP, DP8\+EP \(no measured table for H100-80GB/gpt-oss-120b/TP8\+EP/bf16/"
+        r"mxfp4; GPU coefficients fitted to measured kernel tables of H100-80GB: a model left "
+        r"out of the fit is priced \d+% off its own tables, median step over \d+ models\)", text)
+
+
+def test_a_gpu_without_fitted_coefficients_is_said_to_be_uncalibrated() -> None:
+    dep = DeploymentSpec(name="a", model="Qwen/Qwen3-32B", gpu="A100-80GB", gpu_count=8,
+                         tensor_parallel_size=8, max_model_len=8192)
+    text = line(deployment_space("chat", dep), dep, {})
+    assert text.endswith("(no measured table for A100-80GB/Qwen3-32B/TP8/bf16; uncalibrated "
+                         "GPU coefficients: capacities can be several times off on a GPU)")
 
 
 def test_a_dense_models_dp_layouts_run_on_their_tp_tables() -> None:
@@ -37,8 +48,9 @@ def test_a_dense_models_dp_layouts_run_on_their_tp_tables() -> None:
 
 def test_the_roofline_asked_for_is_said_once() -> None:
     text = line(deployment_space("chat", DEMO), DEMO, {"step_model": "roofline"})
-    assert text == ("Simulator step model: the roofline, as AUTOTUNE_SIM__STEP_MODEL asks "
-                    "(uncalibrated GPU coefficients: capacities can be several times off on a GPU)")
+    assert text.startswith("Simulator step model: the roofline, as AUTOTUNE_SIM__STEP_MODEL "
+                           "asks (GPU coefficients fitted to measured kernel tables of H200-141GB:")
+    assert text.count("roofline") == 1 and text.endswith(" models)")
 
 
 def test_the_summary_reads_layouts_from_the_labels_where_none_is_given() -> None:

@@ -106,7 +106,7 @@ class SimulatorBackend(EngineBackend):
     def notes(self) -> dict[str, str]:
         perf = self.perf
         p = perf.profile
-        fitted = "fitted" if p.fit else "not fitted"
+        fitted = p.fit_words()
         # The label names the table, or why the roofline ran instead.
         step = self._step_label or ROOFLINE
         out = {"step_model": f"{step}; profile {p.gpu}/{p.model} v{p.version} ({fitted})"}

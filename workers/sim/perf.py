@@ -8,8 +8,9 @@ sequence, or that has no memory left at all, fails to start with class "oom", as
 The CPU build keeps its KV cache in `VLLM_CPU_KVCACHE_SPACE` GiB instead.
 
 A step's time is a roofline per part (linear layers: weight bytes against FLOPs, MoE layers
-reading only the experts the batch touches; attention: KV bytes read against FLOPs, at its own
-share of the efficiencies), plus tensor-parallel all-reduces, CPU costs per step, per sequence
+reading only the experts the batch touches, at their own share of the efficiencies; attention:
+KV bytes read against FLOPs, at its own share), a floor per layer (kernel latencies that bound a
+small batch even under CUDA graphs), plus tensor-parallel all-reduces, CPU costs per step, per sequence
 (more for the first few of a step) and per prompt token, and the block-table walk. Decode-only
 batches are padded to CUDA-graph capture sizes; without graphs (`enforce_eager`, or a batch
 above `max_cudagraph_capture_size`) every layer pays its kernel launches.
@@ -215,12 +216,16 @@ class PerfModel:
         if moe_tokens is None:
             moe_tokens = tokens * self.moe_token_factor
         touched = 1.0 - (1.0 - self.k_over_e) ** moe_tokens if self.k_over_e else 0.0
+        # The routed experts' bytes and FLOPs count 1 / moe_efficiency times: their grouped
+        # GEMMs run below the dense GEMMs' rate.
+        moe_weight = self.routed_params * touched * m.expert_bytes_per_param / ranks
         weight_bytes = (self.dense_params * m.dense_bytes_per_param / tp
-                        + self.routed_params * touched * m.expert_bytes_per_param / ranks)
+                        + moe_weight / c.moe_efficiency)
         dense_active = m.active_params_b * 1e9 - self.active_expert_params
         linear_flops = 2 * (dense_active * tokens / tp
-                            + self.active_expert_params * moe_tokens / ranks)
-        base = max(weight_bytes / self.hbm_bps, linear_flops / self.flops)
+                            + self.active_expert_params * moe_tokens / ranks / c.moe_efficiency)
+        base = (max(weight_bytes / self.hbm_bps, linear_flops / self.flops)
+                + c.layer_floor_s * m.num_layers)
         link_bps = self.gpu.link_gb_s * 1e9
         dp = self.shape.data_parallel_size
         dep = self.shape.enable_expert_parallel and dp > 1 and m.num_experts > 0

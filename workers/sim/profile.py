@@ -3,12 +3,14 @@
 A profile is a small YAML file: which GPU and model it is for ("*" for any), a version, where
 its numbers came from, and the coefficients. Lookup for a (GPU, model) pair: a calibrated
 profile in the profile directory (setting `sim.profile_dir`) named `<gpu>__<model>.yaml`, the
-newest version wins; else the bundled default for the device kind (`profiles/gpu.yaml` or
-`profiles/cpu.yaml`).
+newest version wins; else, for a GPU, its bundled profile fitted to the measured kernel tables
+(`profiles/gpu/<gpu>.yaml`, written by `autotune sim kernels fit-roofline`); else the bundled
+default for the device kind (`profiles/gpu.yaml` or `profiles/cpu.yaml`).
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -16,9 +18,11 @@ from typing import Any
 import yaml
 
 from autotune.atomic import atomic_write_text
+from autotune.domain.step_model import TABLE_FIT
 from autotune.errors import ConfigError
 
 BUNDLED = Path(__file__).parent / "profiles"
+BUNDLED_GPU_FITS = BUNDLED / "gpu"  # <gpu>.yaml: the roofline fitted to that GPU's tables
 
 
 @dataclass(frozen=True)
@@ -52,11 +56,20 @@ class Coefficients:
     # profiles from before it existed.
     cpu_small_batch_seq_s: float = 0.0
     small_batch_seqs: float = 4.0
+    # The routed experts' share of the two efficiencies (their grouped GEMMs run below the
+    # dense GEMMs' rate: the measured tables put expert-heavy steps at 0.2-0.7 of the dense
+    # roofline). 1 in profiles from before it existed.
+    moe_efficiency: float = 1.0
+    # GPU time per layer per step that no roofline part explains: the kernels' latencies,
+    # which bound a small batch's step even under CUDA graphs. 0 in profiles from before it
+    # existed.
+    layer_floor_s: float = 0.0
 
 
 # Coefficients in seconds: a slower host scales them (Profile.slowed).
 TIME_COEFFICIENTS = ("cpu_step_s", "cpu_seq_s", "cpu_prefill_token_s", "block_s",
-                     "allreduce_latency_s", "eager_layer_s", "frontend_s", "cpu_small_batch_seq_s")
+                     "allreduce_latency_s", "eager_layer_s", "frontend_s", "cpu_small_batch_seq_s",
+                     "layer_floor_s")
 
 
 @dataclass(frozen=True)
@@ -67,6 +80,25 @@ class Profile:
     source: str
     coefficients: Coefficients
     fit: dict[str, Any] | None = None  # calibration: what it was fitted to and how well
+
+    def fit_words(self) -> str:
+        """What the simulator's step-model label says of this profile's fit: not fitted,
+        fitted (to real trials, `autotune sim calibrate`), or fitted to a GPU's measured
+        kernel tables with the median of its per-model errors on models left out of the fit
+        (`autotune sim kernels fit-roofline`)."""
+        if not self.fit:
+            return "not fitted"
+        left_out = [row["fitted_without_it"]["ape_median"]
+                    for row in self.fit.get("leave_one_model_out", {}).values()
+                    if "fitted_without_it" in row]
+        if not str(self.fit.get("to", "")).startswith("measured kernel tables"):
+            return "fitted"
+        words = f"{TABLE_FIT} of {self.gpu}"
+        if left_out:
+            # no parentheses: the label's reader ends this part at the first ")"
+            words += (f": a model left out of the fit is priced {statistics.median(left_out):.0f}% "
+                      f"off its own tables, median step over {len(left_out)} models")
+        return words
 
     def with_coefficients(self, **values: float) -> Profile:
         return replace(self, coefficients=replace(self.coefficients, **values))
@@ -141,6 +173,9 @@ def find_profile(gpu: str, model: str, device: str, profile_dir: Path | None) ->
         found = calibrated_profiles(profile_dir, gpu, model)
         if found:
             return load_profile(found[-1][1])
+    fitted = BUNDLED_GPU_FITS / f"{gpu}.yaml"
+    if device != "cpu" and fitted.is_file():
+        return replace(load_profile(fitted), gpu=gpu, model=model)
     return replace(load_profile(BUNDLED / ("cpu.yaml" if device == "cpu" else "gpu.yaml")),
                    gpu=gpu, model=model)
 
