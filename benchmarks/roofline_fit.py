@@ -44,11 +44,11 @@ def main() -> None:
         fit = fitted_profile(gpu).fit
         assert fit is not None
         for model, row in fit["leave_one_model_out"].items():
-            table.add_row(gpu, model, str(row["tables"]), _cell(row["bundled"]),
+            table.add_row(gpu, model, str(row["tables"]), _cell(row["generic"]),
                           _cell(row["fitted_without_it"]))
         table.add_row(gpu, "all (fit to every table)", str(len(fit["tables"])),
-                      _cell(fit["error_bundled"]), _cell(fit["error_fitted"]), end_section=True)
-        out[gpu] = {"all": {"bundled": fit["error_bundled"], "fitted": fit["error_fitted"]},
+                      _cell(fit["error_generic"]), _cell(fit["error_fitted"]), end_section=True)
+        out[gpu] = {"all": {"generic": fit["error_generic"], "fitted": fit["error_fitted"]},
                     "by_model": fit["leave_one_model_out"]}
     Console(width=160).print(table)
     print(json.dumps({"gpus": out, "wall_s": round(time.perf_counter() - start, 1)}))

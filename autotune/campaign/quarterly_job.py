@@ -16,13 +16,18 @@ from sqlalchemy.orm import Session
 
 from autotune.campaign import quarterly as q
 from autotune.campaign.requests import QuarterlyRequest
-from autotune.campaign.resume import step_model_change, stored_step_model
-from autotune.campaign.step_model import step_model_line
+from autotune.campaign.resume import (
+    roofline_profile_change,
+    step_model_change,
+    stored_roofline_profiles,
+    stored_step_model,
+)
+from autotune.campaign.step_model import step_model_line, step_model_runs
 from autotune.campaign.study import CampaignRequest, StudyController
 from autotune.campaign.study.observer import LoggedOutput
 from autotune.domain.records import CapacitySearch
 from autotune.domain.slo import SLO, parse_slo
-from autotune.errors import AutotuneError, ConfigError, SettingError
+from autotune.errors import AutotuneError, ConfigError, SettingError, SettingText
 from autotune.measure.backend_options import backend_options
 from autotune.measure.backends import available_backends
 from autotune.measure.executors import load_executor
@@ -124,7 +129,13 @@ def run_quarterly(request: QuarterlyRequest, *, settings: Settings | None = None
             f"{len(refs)} references enqueued first "
             f"({', '.join(r.tag for r in refs) or 'none'})")
     if backend == "sim":
-        out.say(step_model_line(bound, spec, options))
+        runs = step_model_runs(bound, spec, options)
+        out.say(step_model_line(runs))
+        if change := roofline_profile_change(stored_roofline_profiles(url, study_request.study_name),
+                                             [label for _, label in runs], run.campaign):
+            out.warn(str(SettingText("autotune: warning: " + change.template + "; its remaining "
+                                     "trials and the confirmation runs, on which the decision "
+                                     "rests, run on the latter", **change.values)))
     watcher = out.progress()
     try:
         campaign_id = StudyController(engine, url, study_request, runner, observer=watcher,

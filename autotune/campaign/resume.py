@@ -180,10 +180,41 @@ def stored_step_model(storage_url: str, study_name: str) -> str | None:
         storage.engine.dispose()
 
 
+def stored_roofline_profiles(storage_url: str, study_name: str) -> set[str]:
+    """The profiles ("GPU/model vN (how fitted)") that set the roofline's coefficients for a
+    campaign's trials the roofline priced (none: no such trial)."""
+    storage = optuna.storages.RDBStorage(storage_url)
+    try:
+        study_id = storage.get_study_id_from_name(study_name)
+        labels = [(trial.user_attrs.get(keys.BACKEND_NOTES) or {}).get("step_model")
+                  for trial in storage.get_all_trials(study_id, deepcopy=False)]
+    except KeyError:
+        return set()
+    finally:
+        storage.engine.dispose()
+    return {p for label in labels if label and step_model.kind(label) in (
+        step_model.FALLBACK, step_model.ROOFLINE) and (p := step_model.profile(label))}
+
+
+def roofline_profile_change(stored: set[str], labels: list[str], campaign: str
+                            ) -> SettingText | None:
+    """What differs when a campaign is resumed with other roofline coefficients than its
+    trials were priced with (a refit, a calibration: generic and table-fitted coefficients
+    differ about twofold on the demo); labels: the simulator's step-model labels today. `tune`
+    refuses it; `autotune quarterly` warns and goes on, since its decision rests on
+    confirmation runs, which all run today."""
+    now = {p for label in labels if (p := step_model.profile(label))}
+    if not stored or not now or stored <= now:
+        return None
+    return SettingText("campaign {name!r} priced its roofline steps with profile {stored}; "
+                       "this autotune prices them with {now}", name=campaign,
+                       stored=", ".join(sorted(stored)), now=", ".join(sorted(now)))
+
+
 def step_model_change(stored: str | None, request: CampaignRequest, *,
                       new_campaign: bool = True) -> SettingError | None:
     """The refusal for a campaign resumed with another simulator step model: its measurements
-    would not be comparable (on the demo the two differ about ninefold). new_campaign: the
+    would not be comparable (on the demo the two differ about fivefold). new_campaign: the
     command can start another campaign instead (`tune --new-campaign`)."""
     sims = [request.options_of(b) for b in (request.backend, request.screen and
                                             request.screen.backend) if b == "sim"]

@@ -22,12 +22,14 @@ from autotune.campaign.multifidelity import Screening
 from autotune.campaign.requests import TuneRequest
 from autotune.campaign.resume import (
     differences,
+    roofline_profile_change,
     sampler_change,
     step_model_change,
+    stored_roofline_profiles,
     stored_sampler,
     stored_step_model,
 )
-from autotune.campaign.step_model import step_model_line
+from autotune.campaign.step_model import step_model_line, step_model_runs
 from autotune.campaign.study import CampaignRequest, StudyController, comparisons
 from autotune.campaign.study.observer import LoggedOutput
 from autotune.domain.deployment import DeploymentSpec
@@ -115,9 +117,11 @@ def run_campaign(request: TuneRequest, *, settings: Settings | None = None,
     check_searchable(bound, search_backend)
     for line in space_summary(bound, spec):
         out.say(line)
+    runs = []
     if "sim" in (backend, request.screen):
-        out.say(step_model_line(bound, spec, options if backend == "sim" else
-                                screening.options if screening else {}))
+        runs = step_model_runs(bound, spec, options if backend == "sim" else
+                               screening.options if screening else {})
+        out.say(step_model_line(runs))
     make_sampler(request.sampler, bound, seed=request.seed)  # refuse bad input now
     trace_path = request.trace or DEMO_TRACE
     loaded = load_trace(trace_path)
@@ -155,9 +159,14 @@ def run_campaign(request: TuneRequest, *, settings: Settings | None = None,
                          seed=request.seed)
     done = check_existing(engine, [study_request, *path_requests])
     for r in [study_request, *path_requests]:  # a completed one's result is shown as it is
-        if r.study_name not in done and (
-                refusal := step_model_change(stored_step_model(url, r.study_name), r)):
+        if r.study_name in done:
+            continue
+        if refusal := step_model_change(stored_step_model(url, r.study_name), r):
             raise refusal  # before any trial runs: nothing is written
+        if change := roofline_profile_change(stored_roofline_profiles(url, r.study_name),
+                                             [label for _, label in runs], r.campaign):
+            raise SettingError(change.template + ", so its trials would not compare; give "
+                               "{new_campaign} to start another", **change.values)
 
     def run(r: CampaignRequest) -> int:
         if r.study_name in done:

@@ -17,14 +17,17 @@ from autotune.search.baselines import vllm_defaults
 from autotune.search.space import config_for
 from autotune.search_spaces import SearchSpace
 
+Runs = list[tuple[str | None, str]]  # (parallel layout, the simulator's step-model label)
 
-def step_model_line(space: SearchSpace, dep: DeploymentSpec, options: dict[str, Any]) -> str:
-    """One line: the step model each searched parallel layout runs on (vLLM's defaults with
-    the layout; a layout the simulator cannot start is left out: its trials fail anyway)."""
+
+def step_model_runs(space: SearchSpace, dep: DeploymentSpec, options: dict[str, Any]) -> Runs:
+    """The step model each searched parallel layout runs on, as the simulator labels it (vLLM's
+    defaults with the layout; a layout the simulator cannot start is left out: its trials fail
+    anyway)."""
     layouts = (list(space.param(parallelism.PARAM).choices)
                if parallelism.PARAM in space.param_names else [None])
     backend = load_backend("sim", **options)
-    runs = []
+    runs: Runs = []
     for layout in layouts:
         params = {} if layout is None else {parallelism.PARAM: layout}
         try:
@@ -34,4 +37,9 @@ def step_model_line(space: SearchSpace, dep: DeploymentSpec, options: dict[str, 
             continue
         finally:
             backend.stop()
+    return runs
+
+
+def step_model_line(runs: Runs) -> str:
+    """One line for people: `step_model_runs` summarised."""
     return f"Simulator step model: {summary(runs) or 'none (no layout starts)'}"

@@ -353,9 +353,10 @@ def kernels_fit_roofline(
     as_json: Annotated[bool, typer.Option("--json", help="Print the fits as one JSON object.")] = False,
 ) -> None:
     """Fit the roofline's GPU coefficients to the committed measured tables of each GPU and
-    write one profile per GPU (<out>/<GPU>.yaml). Prints each model's error with the bundled
-    coefficients and with those fitted to the other models' tables: how the roofline does on a
-    model that has no table. Reads only the committed tables; no optional extra needed."""
+    write one profile per GPU (<out>/<GPU>.yaml). Prints each model's error with the generic
+    coefficients (profiles/gpu.yaml) and with those fitted to the other models' tables: how
+    the roofline does on a model that has no table. Reads only the committed tables; no
+    optional extra needed."""
     from autotune.atomic import atomic_write_text
     from autotune.domain import catalogue
     from autotune.workers.sim.profile import BUNDLED_GPU_FITS
@@ -369,13 +370,14 @@ def kernels_fit_roofline(
         path = folder / f"{p.gpu}.yaml"
         folder.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, p.to_yaml())
-        before, after = p.fit["error_bundled"], p.fit["error_fitted"]
-        console.print(f"{path}: {len(p.fit['tables'])} tables; step-time error (median |%|, "
-                      f"signed median) bundled {before['ape_median']} ({before['signed_median']:+}), "
-                      f"fitted {after['ape_median']} ({after['signed_median']:+})", highlight=False)
+        before, after = p.fit["error_generic"], p.fit["error_fitted"]
+        console.print(f"{path}: {len(p.fit['tables'])} tables; step time off the tables (median "
+                      f"|%|, signed median): generic coefficients {before['ape_median']} "
+                      f"({before['signed_median']:+}), fitted {after['ape_median']} "
+                      f"({after['signed_median']:+})", highlight=False)
         for model, row in p.fit["leave_one_model_out"].items():
             left_out = row.get("fitted_without_it")
-            console.print(f"  {model}: bundled {row['bundled']['ape_median']}, fitted without "
+            console.print(f"  {model}: generic {row['generic']['ape_median']}, fitted without "
                           f"it {left_out['ape_median'] if left_out else '-'}", highlight=False)
     if as_json:
         output.emit({p.gpu: {"coefficients": dataclasses.asdict(p.coefficients), "fit": p.fit}

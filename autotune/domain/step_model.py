@@ -18,17 +18,29 @@ MEASURED, ESTIMATED, FALLBACK, ROOFLINE = ("measured", "partly estimated", "no t
 _LAYOUT = re.compile(r"/(DP\d+(?:xTP\d+)?(?:\+EP)?|TP\d+(?:\+EP)?)/")
 _MISSING = re.compile(r"\((no measured table for [^)]*)\)")
 UNCALIBRATED = "uncalibrated GPU coefficients: capacities can be several times off on a GPU"
+CALIBRATED = "GPU coefficients calibrated on real trials (autotune sim calibrate)"
 # How a profile fitted to a GPU's measured tables (workers/sim/roofline_fit.py) is named in a
 # label's "profile GPU/model vN (...)" part, followed by its error on models left out of it.
 TABLE_FIT = "GPU coefficients fitted to measured kernel tables"
-_TABLE_FIT = re.compile(r"\((" + TABLE_FIT + r"[^)]*)\)")
+_PROFILE = re.compile(r"; profile (.+ v\d+ \(([^()]*)\))$")
+
+
+def profile(label: str) -> str | None:
+    """The label's profile part, "GPU/model vN (how it was fitted)": what set the roofline's
+    coefficients (and the CPU costs); None in a label without one."""
+    m = _PROFILE.search(label)
+    return m.group(1) if m else None
 
 
 def coefficients(label: str) -> str:
     """What the label says of the roofline's GPU coefficients: fitted to the GPU's measured
-    tables (and how far off that leaves a model without one), or uncalibrated."""
-    m = _TABLE_FIT.search(label)
-    return m.group(1) if m else UNCALIBRATED
+    tables (and how far off that leaves a model without one), calibrated on real trials, or
+    uncalibrated."""
+    m = _PROFILE.search(label)
+    words = m.group(2) if m else "not fitted"
+    if words.startswith(TABLE_FIT):
+        return words
+    return CALIBRATED if words == "fitted" else UNCALIBRATED
 
 
 def kind(label: str) -> str:

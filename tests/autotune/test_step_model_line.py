@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
-from autotune.campaign.step_model import step_model_line as line
+from autotune.campaign.step_model import step_model_line, step_model_runs
 from autotune.domain.deployment import DEMO, DeploymentSpec
 from autotune.search.space import deployment_space
+from autotune.search_spaces import SearchSpace
+
+
+def line(space: SearchSpace, dep: DeploymentSpec, options: dict[str, Any]) -> str:
+    return step_model_line(step_model_runs(space, dep, options))
 
 
 def test_every_demo_layout_has_a_partly_estimated_table() -> None:
@@ -64,3 +70,31 @@ def test_the_summary_reads_layouts_from_the_labels_where_none_is_given() -> None
         "tables); the roofline for TP2 (no measured table for H100-80GB/Qwen3-32B/TP2/fp8; "
         "uncalibrated GPU coefficients: capacities can be several times off on a GPU)")
     assert summary([]) is None
+
+
+def test_labels_say_how_the_roofline_coefficients_were_set() -> None:
+    from autotune.domain.step_model import CALIBRATED, UNCALIBRATED, coefficients, profile
+
+    fitted = ("roofline (no measured table for H100-80GB/x/TP2/bf16); profile H100-80GB/x v1 "
+              "(GPU coefficients fitted to measured kernel tables of H100-80GB: a model left out "
+              "of the fit is priced 13% off its own tables, median step over 7 models)")
+    assert profile(fitted) == ("H100-80GB/x v1 (GPU coefficients fitted to measured kernel "
+                               "tables of H100-80GB: a model left out of the fit is priced 13% "
+                               "off its own tables, median step over 7 models)")
+    assert coefficients(fitted).startswith("GPU coefficients fitted to measured kernel tables")
+    assert coefficients("roofline; profile H100-80GB/x v3 (fitted)") == CALIBRATED
+    assert coefficients("roofline; profile H100-80GB/x v1 (not fitted)") == UNCALIBRATED
+    assert profile("roofline") is None and coefficients("roofline") == UNCALIBRATED
+
+
+def test_a_roofline_profile_change_is_named_only_where_the_coefficients_differ() -> None:
+    from autotune.campaign.resume import roofline_profile_change
+
+    old, new = "H200-141GB/m v1 (not fitted)", "H200-141GB/m v2 (fitted)"
+    today = [f"roofline; profile {new}", f"measured table a/b/TP8/fp8 (s); profile {new}"]
+    assert roofline_profile_change(set(), today, "c") is None  # no roofline trial stored
+    assert roofline_profile_change({new}, today, "c") is None
+    change = roofline_profile_change({old}, today, "c")
+    assert change is not None and str(change) == (
+        "campaign 'c' priced its roofline steps with profile H200-141GB/m v1 (not fitted); this "
+        "autotune prices them with H200-141GB/m v2 (fitted)")

@@ -15,8 +15,8 @@ from autotune.errors import ConfigError
 from autotune.workers.sim import kernels_build
 from autotune.workers.sim.profile import BUNDLED, BUNDLED_GPU_FITS, find_profile, load_profile
 from autotune.workers.sim.roofline_fit import (
-    FITTED,
     FitTable,
+    ape,
     fit,
     fit_tables,
     fitted_profile,
@@ -106,18 +106,23 @@ def test_served_at_gives_the_tables_precision() -> None:
 
 @pytest.mark.parametrize("path", sorted(BUNDLED_GPU_FITS.glob("*.yaml")), ids=lambda p: p.stem)
 def test_the_bundled_fits_are_what_the_committed_tables_give(path: Path) -> None:
-    """Refit from the committed tables: rebuilding a table without refitting fails here."""
+    """A table added or rebuilt without refitting fails here: the fit's tables and errors are
+    today's, and a refit finds nothing better (the step times, not the coefficients, are
+    compared: weakly determined coefficients may move between scipy versions)."""
     committed = load_profile(path)
+    assert committed.fit is not None
+    gpu = catalogue.gpu(committed.gpu)
+    tables = fit_tables(gpu.name)
+    assert committed.fit["tables"] == [t.key for t in tables]
+    assert ape(log_errors(tables, gpu, committed)) == committed.fit["error_fitted"]
     again = fitted_profile(committed.gpu, cross_validate=False)
-    assert committed.fit is not None and committed.fit["tables"] == again.fit["tables"]
-    for name, _, _, scale in FITTED:
-        assert getattr(committed.coefficients, name) == pytest.approx(
-            getattr(again.coefficients, name), rel=0.02, abs=0.01 * scale), name
-    # The fit is judged on models left out of it, and beats the bundled coefficients there.
+    assert again.fit is not None
+    assert again.fit["error_fitted"]["ape_median"] >= committed.fit["error_fitted"]["ape_median"] - 0.5
+    # The fit is judged on models left out of it, and beats the generic coefficients there.
     rows = committed.fit["leave_one_model_out"].values()
     left_out = [r["fitted_without_it"]["ape_median"] for r in rows]
-    bundled = [r["bundled"]["ape_median"] for r in rows]
-    assert len(left_out) >= 3 and np.median(left_out) < np.median(bundled)
+    generic = [r["generic"]["ape_median"] for r in rows]
+    assert len(left_out) >= 3 and np.median(left_out) < np.median(generic)
 
 
 def test_a_gpu_with_a_fit_gets_it_and_others_the_generic_profile(tmp_path: Path) -> None:

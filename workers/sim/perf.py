@@ -9,9 +9,9 @@ The CPU build keeps its KV cache in `VLLM_CPU_KVCACHE_SPACE` GiB instead.
 
 A step's time is a roofline per part (linear layers: weight bytes against FLOPs, MoE layers
 reading only the experts the batch touches, at their own share of the efficiencies; attention:
-KV bytes read against FLOPs, at its own share), a floor per layer (kernel latencies that bound a
-small batch even under CUDA graphs), plus tensor-parallel all-reduces, CPU costs per step, per sequence
-(more for the first few of a step) and per prompt token, and the block-table walk. Decode-only
+KV bytes read against FLOPs, at its own share), a floor per layer (kernel latencies that bound
+a small batch even under CUDA graphs), plus tensor-parallel all-reduces, CPU costs per step,
+per sequence (more for the first few of a step) and per prompt token, and the block-table walk. Decode-only
 batches are padded to CUDA-graph capture sizes; without graphs (`enforce_eager`, or a batch
 above `max_cudagraph_capture_size`) every layer pays its kernel launches.
 The CUDA-graph pool grows with the largest capture size. Without async scheduling the CPU's

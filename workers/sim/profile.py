@@ -66,6 +66,7 @@ class Coefficients:
     layer_floor_s: float = 0.0
 
 
+EFFICIENCIES = ("hbm_efficiency", "compute_efficiency", "attention_efficiency", "moe_efficiency")
 # Coefficients in seconds: a slower host scales them (Profile.slowed).
 TIME_COEFFICIENTS = ("cpu_step_s", "cpu_seq_s", "cpu_prefill_token_s", "block_s",
                      "allreduce_latency_s", "eager_layer_s", "frontend_s", "cpu_small_batch_seq_s",
@@ -88,11 +89,11 @@ class Profile:
         (`autotune sim kernels fit-roofline`)."""
         if not self.fit:
             return "not fitted"
+        if not str(self.fit.get("to", "")).startswith("measured kernel tables"):
+            return "fitted"
         left_out = [row["fitted_without_it"]["ape_median"]
                     for row in self.fit.get("leave_one_model_out", {}).values()
                     if "fitted_without_it" in row]
-        if not str(self.fit.get("to", "")).startswith("measured kernel tables"):
-            return "fitted"
         words = f"{TABLE_FIT} of {self.gpu}"
         if left_out:
             # no parentheses: the label's reader ends this part at the first ")"
@@ -147,6 +148,8 @@ def load_profile(path: Path) -> Profile:
                           f"needed ({exc})") from None
     if any(v < 0 for v in values.values()):
         raise ConfigError(f"simulator profile {path}: coefficients must not be negative")
+    if any(values.get(k, 1.0) <= 0 for k in EFFICIENCIES):  # step times divide by them
+        raise ConfigError(f"simulator profile {path}: {', '.join(EFFICIENCIES)} must be above 0")
     return Profile(gpu=str(data.get("gpu", "*")), model=str(data.get("model", "*")),
                    version=version, source=str(data.get("source", "")),
                    coefficients=Coefficients(**values), fit=data.get("fit"))

@@ -190,14 +190,15 @@ def ape(errors: Iterable[np.ndarray]) -> dict[str, float]:
 
 def leave_one_model_out(tables: Sequence[FitTable], gpu: GPU, start: Profile
                         ) -> dict[str, dict[str, Any]]:
-    """Per model: the roofline's error on its tables with `start` and with the coefficients
-    fitted to the other models' tables of this GPU (none where it is the only model)."""
+    """Per model: the roofline's error on its tables with `start` (the generic coefficients)
+    and with the coefficients fitted to the other models' tables of this GPU (none where it
+    is the only model)."""
     out: dict[str, dict[str, Any]] = {}
     for name in sorted({t.table.model for t in tables}):
         own = [t for t in tables if t.table.model == name]
         others = [t for t in tables if t.table.model != name]
         row: dict[str, Any] = {"tables": len(own),
-                               "bundled": ape(log_errors(own, gpu, start))}
+                               "generic": ape(log_errors(own, gpu, start))}
         if others:
             row["fitted_without_it"] = ape(log_errors(own, gpu, fit(others, gpu, start)))
         out[name] = row
@@ -206,9 +207,9 @@ def leave_one_model_out(tables: Sequence[FitTable], gpu: GPU, start: Profile
 
 def fitted_profile(gpu_name: str, tables_dir: Path = TABLES_DIR,
                    cross_validate: bool = True) -> Profile:
-    """The bundled GPU profile with its GPU coefficients fitted to every usable table of the
-    GPU; its `fit` records the tables, the errors before and after, and (cross_validate) each
-    model's error when the fit leaves it out."""
+    """The generic GPU profile (profiles/gpu.yaml) with its GPU coefficients fitted to every
+    usable table of the GPU; its `fit` records the tables, the errors with the generic and the
+    fitted coefficients, and (cross_validate) each model's error when the fit leaves it out."""
     gpu = catalogue.gpu(gpu_name)
     start = load_profile(BUNDLED / "gpu.yaml")
     tables = fit_tables(gpu.name, tables_dir)
@@ -231,7 +232,7 @@ def fitted_profile(gpu_name: str, tables_dir: Path = TABLES_DIR,
                            f"{t.table.source.get('backend_version')} kernel tables"
                            for t in tables}),
         "coefficients": [name for name, *_ in FITTED],
-        "error_bundled": ape(log_errors(tables, gpu, start)),
+        "error_generic": ape(log_errors(tables, gpu, start)),
         "error_fitted": ape(log_errors(tables, gpu, fitted)),
     }
     if cross_validate:
