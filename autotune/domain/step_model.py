@@ -59,9 +59,9 @@ def setting(label: str) -> str:
 
 def summary(runs: Iterable[tuple[str | None, str]]) -> str | None:
     """One line for people from (parallel layout, label) pairs, one per engine: each kind of
-    step model with the layouts it priced, the tables' source and the first missing table;
-    None without a pair (no simulated trial). A layout of None is read from the label (its
-    table's layout)."""
+    step model with the layouts it priced, the tables' source, the first missing table and how
+    many more are missing; None without a pair (no simulated trial). A layout of None is read
+    from the label (its table's layout)."""
     layouts: dict[str, list[str]] = {}
     sources, missing, roofline = [], [], []
     for name, label in runs:
@@ -77,7 +77,7 @@ def summary(runs: Iterable[tuple[str | None, str]]) -> str | None:
             src = label.split(" (", 1)[1].split(")", 1)[0]
             sources += [src] if src not in sources else []
         if found == FALLBACK and (m := _MISSING.search(label)):
-            missing.append(m.group(1))
+            missing += [m.group(1)] if m.group(1) not in missing else []
     if not layouts:
         return None
 
@@ -93,7 +93,8 @@ def summary(runs: Iterable[tuple[str | None, str]]) -> str | None:
     text = "; ".join(parts) + (f" (from {'; '.join(sources)})" if sources else "")
     gpu_coefficients = "; ".join(roofline)
     if FALLBACK in layouts:
-        text += ("; " if text else "") + (f"the roofline{where(FALLBACK)} ({missing[0]}; "
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        text += ("; " if text else "") + (f"the roofline{where(FALLBACK)} ({missing[0]}{more}; "
                                           f"{gpu_coefficients})")
     if ROOFLINE in layouts:
         text += ("; " if text else "") + (f"the roofline, as AUTOTUNE_SIM__STEP_MODEL asks "

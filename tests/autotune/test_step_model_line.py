@@ -32,7 +32,7 @@ def test_layouts_without_a_table_are_named_with_what_is_missing() -> None:
         r"Simulator step model: measured kernel tables for TP8 \(from aiconfigurator-core "
         r"0\.12\.0, vllm 0\.24\.0 kernel tables\); the roofline for TP8\+EP, DP2xTP4\+EP, "
         r"DP4xTP2\+EP, DP8\+EP \(no measured table for H100-80GB/gpt-oss-120b/TP8\+EP/bf16/"
-        r"mxfp4; GPU coefficients fitted to measured kernel tables of H100-80GB: a model left "
+        r"mxfp4 and 3 more; GPU coefficients fitted to measured kernel tables of H100-80GB: a model left "
         r"out of the fit is priced \d+% off its own tables, median step over \d+ models\)", text)
 
 
@@ -40,7 +40,7 @@ def test_a_gpu_without_fitted_coefficients_is_said_to_be_uncalibrated() -> None:
     dep = DeploymentSpec(name="a", model="Qwen/Qwen3-32B", gpu="A100-80GB", gpu_count=8,
                          tensor_parallel_size=8, max_model_len=8192)
     text = line(deployment_space("chat", dep), dep, {})
-    assert text.endswith("(no measured table for A100-80GB/Qwen3-32B/TP8/bf16; uncalibrated "
+    assert text.endswith("(no measured table for A100-80GB/Qwen3-32B/TP8/bf16 and 3 more; uncalibrated "
                          "GPU coefficients: capacities can be several times off on a GPU)")
 
 
