@@ -2,7 +2,7 @@
 
 The roofline (perf.py) prices any model on any GPU the catalogue has, and it is all the
 simulator has where the repository holds no measured table (workers/sim/kernels/) for an
-engine's GPU, model, layout and precision. Its bundled coefficients (profiles/gpu.yaml) are
+engine's GPU, model, layout and precision. Its generic coefficients (profiles/gpu.yaml) are
 first estimates: against the tables its decode step at one sequence is 0.06-1.05 of theirs and
 its prefill 0.23-1.73 (benchmarks/roofline_vs_tables.py). So per GPU its GPU coefficients are
 fitted here to the tables of that GPU, and judged on models left out of the fit. The tables
@@ -10,7 +10,7 @@ are the only data: never the judge rows of benchmarks/gpu_fidelity.py.
 
 Fitted (`FITTED`): the bandwidth and compute efficiencies, attention's and the routed experts'
 shares of them, a floor per layer (kernel latencies), the all-reduce latency and the KV
-block-table walk. Kept from the bundled profile: CPU costs and memory coefficients (the tables
+block-table walk. Kept from the generic profile: CPU costs and memory coefficients (the tables
 hold GPU time only) and the eager launch cost (the tables are kernel times; the simulator adds
 launches above them, as it does to a table).
 
@@ -51,8 +51,8 @@ FITTED = (("hbm_efficiency", 0.05, 1.0, 1.0),
           ("block_s", 0.0, 2e-8, 1e-9))
 MAX_GPUS = 8  # one NVLink domain
 # A GPU's fit needs tables of this many models, so that each model's error with the fit left
-# without it says how the roofline does on a model with no table (B300: two models, left on the
-# bundled coefficients).
+# without it says how the roofline does on a model with no table (A100 and L40S have none and
+# keep the generic coefficients).
 MIN_MODELS = 3
 DECODE_SEQS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 KV_PER_SEQ = (256, 1024, 4096, 16384)
