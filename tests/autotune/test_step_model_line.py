@@ -15,6 +15,13 @@ def line(space: SearchSpace, dep: DeploymentSpec, options: dict[str, Any]) -> st
     return step_model_line(step_model_runs(space, dep, options))
 
 
+def eight_gpu_line(model: str, gpu: str) -> str:
+    """The line for the model on 8 GPUs of the kind, TP8 and the chat space's layouts."""
+    dep = DeploymentSpec(name="d", model=model, gpu=gpu, gpu_count=8, tensor_parallel_size=8,
+                         max_model_len=8192)
+    return line(deployment_space("chat", dep), dep, {})
+
+
 def test_every_demo_layout_has_a_partly_estimated_table() -> None:
     text = line(deployment_space("chat", DEMO), DEMO, {})
     assert text.startswith("Simulator step model: partly estimated kernel tables for TP8, "
@@ -25,29 +32,25 @@ def test_every_demo_layout_has_a_partly_estimated_table() -> None:
 
 
 def test_layouts_without_a_table_are_named_with_what_is_missing() -> None:
-    dep = DeploymentSpec(name="g", model="openai/gpt-oss-120b", gpu="H100-80GB", gpu_count=8,
-                         tensor_parallel_size=8, max_model_len=8192)
-    text = line(deployment_space("chat", dep), dep, {})
+    text = eight_gpu_line("openai/gpt-oss-120b", "H100-80GB")
     assert re.fullmatch(
         r"Simulator step model: measured kernel tables for TP8 \(from aiconfigurator-core "
         r"0\.12\.0, vllm 0\.24\.0 kernel tables\); the roofline for TP8\+EP, DP2xTP4\+EP, "
         r"DP4xTP2\+EP, DP8\+EP \(no measured table for H100-80GB/gpt-oss-120b/TP8\+EP/bf16/"
-        r"mxfp4 and 3 more; GPU coefficients fitted to measured kernel tables of H100-80GB: a model left "
-        r"out of the fit is priced \d+% off its own tables, median step over \d+ models\)", text)
+        r"mxfp4 and 3 more; GPU coefficients fitted to measured kernel tables of H100-80GB: a "
+        r"model left out of the fit is priced \d+% off its own tables, median step over \d+ "
+        r"models\)", text)
 
 
 def test_a_gpu_without_fitted_coefficients_is_said_to_be_uncalibrated() -> None:
-    dep = DeploymentSpec(name="a", model="Qwen/Qwen3-32B", gpu="A100-80GB", gpu_count=8,
-                         tensor_parallel_size=8, max_model_len=8192)
-    text = line(deployment_space("chat", dep), dep, {})
-    assert text.endswith("(no measured table for A100-80GB/Qwen3-32B/TP8/bf16 and 3 more; uncalibrated "
-                         "GPU coefficients: capacities can be several times off on a GPU)")
+    text = eight_gpu_line("Qwen/Qwen3-32B", "A100-80GB")
+    assert text.endswith("(no measured table for A100-80GB/Qwen3-32B/TP8/bf16 and 3 more; "
+                         "uncalibrated GPU coefficients: capacities can be several times off on "
+                         "a GPU)")
 
 
 def test_a_dense_models_dp_layouts_run_on_their_tp_tables() -> None:
-    dep = DeploymentSpec(name="q", model="Qwen/Qwen3-32B", gpu="H100-80GB", gpu_count=8,
-                         tensor_parallel_size=8, max_model_len=8192)
-    text = line(deployment_space("chat", dep), dep, {})
+    text = eight_gpu_line("Qwen/Qwen3-32B", "H100-80GB")
     assert text.startswith("Simulator step model: measured kernel tables for TP8, DP2xTP4, "
                            "DP4xTP2, DP8 (from")
 

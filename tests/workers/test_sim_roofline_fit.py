@@ -13,7 +13,13 @@ import pytest
 from autotune.domain import catalogue
 from autotune.errors import ConfigError
 from autotune.workers.sim import kernels_build
-from autotune.workers.sim.profile import BUNDLED, BUNDLED_GPU_FITS, find_profile, load_profile
+from autotune.workers.sim.profile import (
+    BUNDLED,
+    BUNDLED_GPU_FITS,
+    find_profile,
+    load_profile,
+    save_profile,
+)
 from autotune.workers.sim.roofline_fit import (
     FitTable,
     ape,
@@ -134,8 +140,6 @@ def test_a_gpu_with_a_fit_gets_it_and_others_the_generic_profile(tmp_path: Path)
     assert a100.coefficients == load_profile(BUNDLED / "gpu.yaml").coefficients
     # A profile calibrated on real trials still comes first.
     calibrated = replace(h200, fit={"to": "real trials"})
-    from autotune.workers.sim.profile import save_profile
-
     save_profile(calibrated, tmp_path)
     assert find_profile("H200-141GB", "Qwen3-32B", "gpu", tmp_path).fit == {"to": "real trials"}
 
