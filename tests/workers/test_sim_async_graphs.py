@@ -3,6 +3,7 @@ each against a case computed by hand from the profile's coefficients (jitter off
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from autotune.domain.deployment import DeploymentSpec
@@ -11,8 +12,10 @@ from autotune.errors import EngineStartError
 from autotune.search.baselines import effective_values
 from autotune.search.space import SIM_UNMODELLED
 from autotune.workers.sim.backend import SimulatorBackend
+from autotune.workers.sim.engine import replay_closed_loop
 from autotune.workers.sim.perf import PerfModel
 from autotune.workers.sim.profile import Profile, find_profile
+from autotune.workers.sim.scheduler import simulate
 from autotune.workers.sim.shape import engine_shape
 
 H200 = DeploymentSpec(name="h", model="Llama-3.1-8B", gpu="H200-141GB", gpu_count=1,
@@ -132,3 +135,36 @@ def test_features_without_a_model_are_refused(args: dict, message: str) -> None:
     with pytest.raises(EngineStartError, match=message) as info:
         SimulatorBackend().start(EngineConfig(**args), dep)
     assert info.value.failure_class == "invalid_args"
+
+
+@pytest.mark.parametrize("skip_decode_runs", [True, False])
+def test_async_scheduling_admits_an_arrival_one_step_later(skip_decode_runs: bool) -> None:
+    """vLLM schedules step k+1 while step k runs (EngineCore.step_with_batch_queue), so a
+    request arriving during a busy engine's step joins the step after next. With the CPU's
+    share set to 0 both modes step at the same times until the arrival is admitted: the async
+    engine admits it exactly one single-sequence decode step later. An idle engine admits at
+    once either way."""
+    profile = profile_for(H200, cpu_step_s=0.0, cpu_seq_s=0.0)
+    arrival = np.array([0.0, 0.05])  # the second arrives while the first decodes
+    prompts, outputs = np.array([512, 512]), np.array([400, 8])
+    admitted = {}
+    for mode in (False, True):
+        perf = perf_for(H200, profile, async_scheduling=mode)
+        result = simulate(perf, arrival, prompts, outputs, ((), ()), 16,
+                          np.random.default_rng(0), 60.0, skip_decode_runs=skip_decode_runs)
+        assert result.queue_s[0] == 0.0  # idle engine: scheduled on arrival
+        admitted[mode] = arrival[1] + result.queue_s[1]
+    lag = admitted[True] - admitted[False]
+    lo, hi = (perf.step_s(1, kv) for kv in (512, 912))  # one sequence's decode step
+    assert lo * (1 - 1e-9) <= lag <= hi * (1 + 1e-9)
+
+
+def test_async_lag_needs_a_running_batch_to_carry_over() -> None:
+    """One client: its next request reaches an engine with nothing running (the last one
+    finished), which schedules it at once, so async scheduling leaves TTFT as it was."""
+    profile = profile_for(H200, cpu_step_s=0.0, cpu_seq_s=0.0)
+    ttft = {}
+    for mode in (False, True):
+        perf = perf_for(H200, profile, async_scheduling=mode)
+        ttft[mode] = replay_closed_loop(perf, np.full(6, 512), np.full(6, 32), 1, 0).ttft_s
+    np.testing.assert_allclose(ttft[True], ttft[False], rtol=1e-12)

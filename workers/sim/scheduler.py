@@ -10,6 +10,13 @@ only whole. KV blocks of `block_size` tokens are allocated on demand; when they 
 newest running request is preempted (recompute: it goes back to the front of the queue and must
 prefill prompt and generated tokens again), and no waiting request is admitted in that step.
 
+With async scheduling (vLLM's GPU default; `PerfModel.overlap_cpu`) the engine core schedules
+a step while the one before it runs (`vllm/v1/engine/core.py::EngineCore.step_with_batch_queue`,
+a batch queue of two, `VllmConfig.max_concurrent_batches`): step k+1's batch is fixed when step
+k starts, so a request that arrives during step k can join step k+2 at the earliest, one step
+later than without. The lag holds while the engine has running requests to carry into the next
+batch; an idle engine schedules an arrival at once (`_Rank.admit_cutoff`).
+
 Prefix caching works on the trace's block hashes: a prompt's leading blocks whose hashes are
 cached are not computed again (the last prompt token always is) and share the cached blocks'
 memory. Cached blocks nobody uses stay cached but count as free; allocation evicts them, least
@@ -125,6 +132,8 @@ class _Rank:
         self.waiting: deque[_Req] = deque()
         self.running: list[_Req] = []
         self.clock = 0.0
+        self.async_lag = perf.overlap_cpu  # async scheduling: batches formed one step ahead
+        self.step_start = 0.0  # when the step that ended at `clock` started
         self.finished = self.preemptions = self.cache_queries = self.cache_hits = 0
         self.runs: list[tuple[float, float, int, int]] = []  # decode-run pieces: a, b, steps, seqs
         self.single_gaps: list[float] = []  # inter-token gaps of one sequence each
@@ -262,10 +271,19 @@ class _Rank:
 
     # --- one step --------------------------------------------------------------------------
 
+    def admit_cutoff(self, clock: float) -> float:
+        """The latest arrival the step starting at `clock` can admit: with async scheduling,
+        where this rank stepped without a pause and has running requests, its batch was fixed
+        when the step before it started (module docstring); else `clock`."""
+        if self.async_lag and self.running and self.clock == clock:
+            return self.step_start
+        return clock
+
     def schedule(self, clock: float) -> RankBatch | None:
-        """Build the step starting at `clock` (arrivals up to it are in `waiting`): the batch,
-        or None if nothing could be scheduled."""
+        """Build the step starting at `clock` (arrivals up to it are in `waiting`; those after
+        `admit_cutoff` wait another step): the batch, or None if nothing could be scheduled."""
         running, waiting = self.running, self.waiting
+        cutoff = self.admit_cutoff(clock)
         budget = self.budget_max
         long_cap = self.threshold if len(running) + len(waiting) > 1 else budget
         preempted = skipped = False
@@ -301,6 +319,8 @@ class _Rank:
         scheduled = decode_seqs + prefill_seqs
         while waiting and not preempted and len(running) < self.max_seqs and budget > 0:
             r = waiting[0]
+            if r.arrival > cutoff:
+                break
             if not r.looked_up and r.computed == 0 and self.caching:
                 self._lookup(r)
             remaining = r.prefill_len - r.computed
@@ -329,7 +349,7 @@ class _Rank:
 
     def complete(self, batch: RankBatch, step_start: float, clock: float) -> None:
         """The step scheduled at step_start ends at `clock`: its tokens are out."""
-        self.clock = clock
+        self.clock, self.step_start = clock, step_start
         running, scheduled, skipped = self.running, self._scheduled, self._skipped
         any_done = mid_prefill = False
         after_previous_step = 0  # decodes whose last token came at step_start: one shared gap
@@ -403,10 +423,11 @@ class _Rank:
             k = _steps_that_fit([r.cap - r.computed for r in running], k, self.free, self.bs)
         return k if k >= MIN_RUN else 0
 
-    def advance(self, steps: int, clock: float) -> None:
-        """Every running request decodes `steps` tokens, the last at `clock`."""
+    def advance(self, steps: int, clock: float, last_start: float) -> None:
+        """Every running request decodes `steps` tokens, the last in the step from last_start
+        to `clock`."""
         bs, running = self.bs, self.running
-        self.clock = clock
+        self.clock, self.step_start = clock, last_start
         k, kv = HORIZON_STEPS, self.kv + len(running) * steps
         any_done = False
         for r in running:
@@ -461,7 +482,8 @@ class _Rank:
             if done_steps < MIN_RUN:
                 break
             self.runs.extend(taken)
-            self.advance(done_steps, self.clock + elapsed)
+            a, b, c, _ = taken[-1]
+            self.advance(done_steps, self.clock + elapsed, self.clock + elapsed - (a + b * (c - 1)))
             if done_steps < k or next_arrival <= self.clock:
                 break  # stopped by an arrival or by memory: a plain step comes next
             if stop_at_finish and self.finished != finished:
@@ -641,9 +663,10 @@ def _lockstep_decode_runs(perf: PerfModel, group: list[_Rank], clock: float, noi
         if c < MIN_RUN:
             return clock
         lock_runs.append((times[:c], sum(seqs)))
+        last_start = clock + float(ends[c - 1] - times[c - 1])
         clock += float(ends[c - 1])
         for rank in busy:
-            rank.advance(c, clock)
+            rank.advance(c, clock, last_start)
         if c < k or next_arrival <= clock:
             return clock
         if stop_at_finish and sum(rank.finished for rank in group) != finished:
