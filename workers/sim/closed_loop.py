@@ -159,7 +159,8 @@ def _one_rank(perf: PerfModel, rank: _Rank, clients: _Clients, total: int, noise
             clients.release(rank.finished - seen, rank.clock)
             seen = rank.finished
         if skip:
-            rank.decode_runs(clients.next_send(), clients.more, stop_at_finish=clients.more)
+            rank.decode_runs(clients.next_send(), clients.more, stop_at_finish=clients.more,
+                             arrival_is_mine=True)
             if rank.finished != seen:
                 clients.release(rank.finished - seen, rank.clock)
                 seen = rank.finished

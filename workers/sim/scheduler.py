@@ -452,13 +452,18 @@ class _Rank:
         self.k, self.kv = k, kv
 
     def decode_runs(self, next_arrival: float, more_arrivals: bool,
-                    stop_at_finish: bool = False) -> None:
+                    stop_at_finish: bool = False, arrival_is_mine: bool = False) -> None:
         """Advance runs of decode-only steps in closed form while nothing can change them (see
         run_steps; a step that starts at or after next_arrival could admit it). Moves clock.
         stop_at_finish: return after the run that finishes a request (closed loop: its client
-        sends the next one, an arrival the caller must learn of before the next run)."""
+        sends the next one, an arrival the caller must learn of before the next run).
+        arrival_is_mine: the next arrival comes to this rank (one engine core), so with async
+        scheduling the run also takes the first step starting after it, whose batch was fixed
+        before it (`admit_cutoff`). Not for DP ranks: where an arrival goes depends on every
+        rank's state when it arrives."""
         noise = self.noise
         finished = self.finished
+        lag_step = arrival_is_mine and self.async_lag
         while k := self.run_steps():
             m = len(self.running)
             pieces = self.perf.decode_segments(m, float(self.kv), k)
@@ -473,11 +478,14 @@ class _Rank:
                 steps = end - first
                 last_start = elapsed + a * (steps - 1) + b * (steps - 1) * (steps - 2) / 2
                 c = steps if last_start < limit else _steps_starting_before(a, b, steps, limit - elapsed)
+                cut = c < steps
+                if cut and lag_step:
+                    c += 1
                 if c:
                     taken.append((a, b, c, m))
                     elapsed += a * c + b * c * (c - 1) / 2
                     done_steps = first + c
-                if c < steps:
+                if cut:
                     break
             if done_steps < MIN_RUN:
                 break
@@ -534,7 +542,8 @@ def simulate(perf: PerfModel, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
             continue
         rank.complete(batch, clock, clock + step_s(*batch) * noise)
         if skip_decode_runs:
-            rank.decode_runs(order[nxt].arrival if nxt < total else INF, nxt < total)
+            rank.decode_runs(order[nxt].arrival if nxt < total else INF, nxt < total,
+                             arrival_is_mine=True)
     return _result(perf, reqs, [rank], refused)
 
 
