@@ -458,8 +458,8 @@ class _Rank:
         stop_at_finish: return after the run that finishes a request (closed loop: its client
         sends the next one, an arrival the caller must learn of before the next run).
         arrival_is_mine: the next arrival comes to this rank (one engine core), so with async
-        scheduling the run also takes the first step starting after it, whose batch was fixed
-        before it (`admit_cutoff`). Not for DP ranks: where an arrival goes depends on every
+        scheduling the run also takes the first step starting at or after it, whose batch was
+        fixed before it (`admit_cutoff`). Not for DP ranks: where an arrival goes depends on every
         rank's state when it arrives."""
         noise = self.noise
         finished = self.finished
