@@ -375,11 +375,6 @@ def main() -> None:
                              False))
     both = [r for r in covered if isinstance(r.aic, tuple)]
     if with_aic and both:
-        s, a = error_stats(_errors(both, "sim")), error_stats(_errors(both, "aic"))
-        console.print(f"head to head on the {len(both)} rows both estimate: TPOT APE median "
-                      f"sim {s['tpot_ape_median']:.1f}% vs aiconfigurator "
-                      f"{a['tpot_ape_median']:.1f}%; TTFT {s['ttft_ape_median']:.1f}% vs "
-                      f"{a['ttft_ape_median']:.1f}%")
         console.print(_table(f"Head to head on the {len(both)} rows both estimate (aic_unfitted: "
                              "aiconfigurator without the two TTFT terms it fitted to this "
                              "corpus, gpu_fidelity_aic)", {"rows both estimate": both}, True))

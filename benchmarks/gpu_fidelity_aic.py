@@ -117,9 +117,10 @@ def estimate(row: JudgeRow, corpus_terms: bool = True) -> tuple[float, float] | 
                                                row.backend_version)
     if args["backend_version"] is None:
         return f"no {args['backend_name']} perf database for {row.system}"
-    missing = [name for name in CORPUS_TERMS if name not in VLLMBackend.__dict__]
-    if not corpus_terms and missing:
-        return f"this aiconfigurator has no VLLMBackend.{missing[0]} to set neutral (0.12.0 has)"
+    if not corpus_terms:
+        missing = [name for name in CORPUS_TERMS if name not in VLLMBackend.__dict__]
+        if missing:
+            return f"this aiconfigurator has no VLLMBackend.{missing[0]} to set neutral (0.12.0 has)"
     terms = contextlib.nullcontext() if corpus_terms else _corpus_terms_neutral()
     try:
         # The package prints its progress and fallbacks to stdout; the benchmark's own output
