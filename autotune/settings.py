@@ -93,6 +93,51 @@ def get_settings() -> Settings:
     return Settings()
 
 
+def setting_env_names() -> list[str]:
+    """Every variable the settings read: AUTOTUNE_<FIELD>, and AUTOTUNE_<SECTION>__<FIELD>."""
+    names = []
+    for name, field in Settings.model_fields.items():
+        section = field.annotation
+        if isinstance(section, type) and issubclass(section, BaseModel):
+            names += [f"AUTOTUNE_{name}__{sub}".upper() for sub in section.model_fields]
+        else:
+            names.append(f"AUTOTUNE_{name}".upper())
+    return names
+
+
+def _squashed(name: str) -> str:
+    return name.upper().removeprefix("AUTOTUNE_").replace("_", "")
+
+
+def _edit_distance(a: str, b: str) -> int:
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+    return row[-1]
+
+
+def misspelled_settings(environ: dict[str, str] | os._Environ[str]) -> list[str]:
+    """One line per AUTOTUNE_ variable that is no setting but nearly names one (a section's
+    fields take two underscores, AUTOTUNE_SIM__STEP_MODEL; a typo): the settings ignore unknown
+    variables, so such a mistake would otherwise run silently on the default. Variables of our
+    scripts and tests (AUTOTUNE_GPU_DRYRUN, ...) are nowhere near a setting and pass."""
+    known = setting_env_names()
+    lines = []
+    for var in sorted(environ):
+        if not var.upper().startswith("AUTOTUNE_") or var.upper() in known:
+            continue
+        if var == _RETIRED_ENGINE_PYTHON_ENV:  # has its own deprecation line
+            continue
+        squashed = _squashed(var)
+        near = [name for name in known if _edit_distance(squashed, _squashed(name)) <= 2]
+        if near:
+            best = min(near, key=lambda name: _edit_distance(squashed, _squashed(name)))
+            lines.append(f"autotune: {var} is not a setting and is ignored; did you mean {best}?")
+    return lines
+
+
 ENGINE_PYTHON_ENV = "AUTOTUNE_ENGINE__PYTHON"  # the `engine.python` setting
 _RETIRED_ENGINE_PYTHON_ENV = "AUTOTUNE_ENGINE_PYTHON"  # what the tests and benchmarks once read
 

@@ -6,6 +6,7 @@ Optuna and SQLAlchemy are imported where they are used, not here: `autotune --he
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -13,7 +14,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from autotune.errors import ConfigError
-from autotune.settings import Settings, get_settings
+from autotune.settings import Settings, get_settings, misspelled_settings
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -32,8 +33,16 @@ def setup_logging(level: str) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
+_named_misspellings: set[str] = set()  # each said once per process
+
+
 def load_settings() -> Settings:
-    """The AUTOTUNE_ settings; a bad variable is one ConfigError naming it."""
+    """The AUTOTUNE_ settings; a bad variable is one ConfigError naming it, a variable that
+    nearly names a setting one warning line."""
+    for line in misspelled_settings(os.environ):
+        if line not in _named_misspellings:
+            _named_misspellings.add(line)
+            print(line, file=sys.stderr)
     try:
         return get_settings()
     except ValidationError as exc:

@@ -43,3 +43,37 @@ def test_protected_reads_without_a_token_are_refused_at_start(
         monkeypatch.setenv("AUTOTUNE_API__TOKEN", token)
     with pytest.raises(ValidationError, match="AUTOTUNE_API__TOKEN is unset"):
         get_settings()
+
+
+def test_a_variable_that_nearly_names_a_setting_is_named_with_the_setting() -> None:
+    from autotune.settings import misspelled_settings, setting_env_names
+
+    env = {"AUTOTUNE_SIM_STEP_MODEL": "roofline",  # one underscore: a section needs two
+           "AUTOTUNE_DATABASE__URL": "sqlite:///x.db",  # two: a top-level field takes one
+           "AUTOTUNE_DATABSE_URL": "sqlite:///x.db",  # a typo
+           "AUTOTUNE_API__TOKEN": "s3cret",  # right
+           "AUTOTUNE_GPU_DRYRUN": "1", "AUTOTUNE_TRACES_DIR": "/t",  # our scripts' own
+           "AUTOTUNE_ENGINE_PYTHON": "/py",  # retired, with its own line
+           "PATH": "/bin"}
+    lines = misspelled_settings(env)
+    assert lines == [
+        "autotune: AUTOTUNE_DATABASE__URL is not a setting and is ignored; "
+        "did you mean AUTOTUNE_DATABASE_URL?",
+        "autotune: AUTOTUNE_DATABSE_URL is not a setting and is ignored; "
+        "did you mean AUTOTUNE_DATABASE_URL?",
+        "autotune: AUTOTUNE_SIM_STEP_MODEL is not a setting and is ignored; "
+        "did you mean AUTOTUNE_SIM__STEP_MODEL?"]
+    assert "AUTOTUNE_SIM__STEP_MODEL" in setting_env_names()
+    assert misspelled_settings({name: "x" for name in setting_env_names()}) == []
+
+
+def test_the_cli_says_a_misspelled_setting_once(monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from autotune.cli import common
+
+    monkeypatch.setattr(common, "_named_misspellings", set())
+    monkeypatch.delenv("AUTOTUNE_SIM__STEP_MODEL", raising=False)
+    monkeypatch.setenv("AUTOTUNE_SIM_STEP_MODEL", "roofline")
+    assert common.load_settings().sim.step_model == "measured"  # ignored, as the line says
+    common.load_settings()
+    assert capsys.readouterr().err.count("did you mean AUTOTUNE_SIM__STEP_MODEL?") == 1
