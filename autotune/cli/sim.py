@@ -137,7 +137,7 @@ def simulate(
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in summary.model_dump().items():
-        if key != "engine_stats" and value is not None:
+        if key != "engine_stats" and value not in (None, ()):  # no step timings in a simulation
             table.add_row(key, f"{value:,.3f}" if isinstance(value, float) else str(value))
     for key, value in summary.engine_stats.items():
         table.add_row(key, f"{value:,.3f}")
