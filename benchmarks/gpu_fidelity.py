@@ -9,7 +9,9 @@ are read): the row's model at the row's precision, its TP / attention-DP / EP la
 default engine arguments for that GPU and GPU count (`autotune.search.baselines.vllm_defaults` and
 `effective_values`: max_num_seqs, max_num_batched_tokens, chunked prefill, prefix caching,
 gpu_memory_utilization, block size, CUDA-graph capture sizes; max_model_len ISL + OSL + 1500 as
-the rows' harness sets it, see HARNESS_CONTEXT_MARGIN),
+the rows' harness sets it, see HARNESS_CONTEXT_MARGIN) with those whose default the row's vLLM
+release had otherwise (`release_defaults`: synchronous scheduling before 0.14; --engine-args
+today for today's defaults throughout),
 and a closed loop of `silicon_concurrency` clients sending requests of exactly ISL prompt and OSL
 output tokens, each client its next request as soon as its last one finished, the clients' first
 sends spread over one request's service time (`spread_starts`: not phase-locked; --clients
@@ -44,7 +46,8 @@ what a kernel-based estimate gives these rows out of sample.
 
 Usage: PYTHONPATH=. .venv/bin/python benchmarks/gpu_fidelity.py [--jobs N] [--limit N]
            [--models SUBSTR,...] [--no-aic] [--rounds W,M] [--stat mean|median]
-           [--clients spread|together] [--engine-args defaults|harness] [--no-band]
+           [--clients spread|together] [--engine-args defaults|today|harness] [--no-band]
+           [--rows-out FILE]
 Prints the skipped rows by reason, tables per model and per model, system and precision (APE median and
 P90 of TTFT and TPOT, the signed median error, rows), then one JSON line:
 {"rows": N, "models": M, "sim": {...}, "aic_static": {...}, "by_model": {...}, ...}; "rows" are
@@ -139,16 +142,47 @@ class ServedDeployment(DeploymentSpec):
         return self.served
 
 
+# The first vLLM release that schedules asynchronously by default, read in each release's
+# source (sdists from PyPI): 0.11.2, 0.12.0 and 0.13.0 declare `async_scheduling: bool = False`
+# (vllm/config/scheduler.py::SchedulerConfig) and their engine arguments pass that on; 0.14.0
+# declares None, which VllmConfig.__post_init__ (vllm/config/vllm.py) turns on where nothing
+# is incompatible. aiconfigurator's harness never passes --async-scheduling
+# (generator/config/backend_templates/vllm/cli_args*.j2), so its rows of older releases ran
+# synchronously: the CPU's step time adds to the GPU's, and an arrival joins the next step.
+ASYNC_SCHEDULING_DEFAULT_SINCE = (0, 14, 0)
+
+
+def release(version: str) -> tuple[int, ...] | None:
+    """A row's vLLM release as numbers ("0.12.0" -> (0, 12, 0)); None where the row names none
+    or a nightly build, whose defaults are taken to be today's."""
+    parts = version.strip().split(".")
+    if len(parts) < 2 or not all(p.isdigit() for p in parts):
+        return None
+    return tuple(int(p) for p in parts)
+
+
+def release_defaults(version: str) -> dict[str, object]:
+    """The engine arguments whose default in the row's vLLM release differs from today's."""
+    ran = release(version)
+    if ran is not None and ran < ASYNC_SCHEDULING_DEFAULT_SINCE:
+        return {"async_scheduling": False}
+    return {}
+
+
 def row_engine(m: MatchedRow, engine_args: str = "defaults"
                ) -> tuple[ServedDeployment, EngineShape]:
     """The row's deployment (its model at its served precision) and engine shape: vLLM's
-    defaults for its GPU and layout, or the benchmark harness's arguments. Raises
-    ConfigError, EngineStartError or ValidationError where the simulator refuses it."""
+    defaults for its GPU and layout as the row's vLLM release had them (`release_defaults`),
+    today's defaults ("today"), or the benchmark harness's arguments on the release's defaults
+    ("harness"). Raises ConfigError, EngineStartError or ValidationError where the simulator
+    refuses it."""
     r = m.row
     dep = ServedDeployment(name="gpu-fidelity", model=m.catalogue_model, gpu=m.gpu.name,
                            gpu_count=r.tp * r.dp, tensor_parallel_size=r.tp,
                            max_model_len=r.isl + r.osl + HARNESS_CONTEXT_MARGIN, served=m.model)
     config = vllm_defaults(dep)
+    if engine_args != "today" and (older := release_defaults(r.backend_version)):
+        config = config.merged(**older)
     if m.ep and not config.enable_expert_parallel:  # TPn+EP: one rank, experts whole
         config = config.merged(enable_expert_parallel=True)
     if engine_args == "harness":
@@ -288,6 +322,25 @@ def _four(stats: dict[str, float]) -> dict[str, float | None]:
     return {k: (round(stats[k], 2) if k in stats else None) for k in KEYS}
 
 
+def _ms(estimate: Estimate | None) -> list[float] | None:
+    return [round(v, 3) for v in estimate] if isinstance(estimate, tuple) else None
+
+
+def write_rows(path: Path, results: Iterable[RowResult]) -> None:
+    """One JSON line per row: what ran and what each estimator said (TTFT, TPOT ms)."""
+    with path.open("w") as f:
+        for r in results:
+            row = r.matched.row
+            f.write(json.dumps({
+                "id": row.id, "model": row.model_path, "system": row.system,
+                "precision": r.matched.precision, "layout": r.matched.layout,
+                "isl": row.isl, "osl": row.osl, "concurrency": row.concurrency,
+                "measured": [row.ttft_ms, row.tpot_ms], "step_model": r.step_model,
+                "sim": _ms(r.sim), "sim_other_starts": _ms(r.other_starts),
+                "roofline": _ms(r.roofline), "aic_static": _ms(r.aic),
+                "aic_unfitted": _ms(r.aic_unfitted)}) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
@@ -300,8 +353,10 @@ def main() -> None:
                         help="warm-up and measured rounds of `concurrency` requests each")
     parser.add_argument("--stat", choices=("mean", "median"), default="mean")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--engine-args", choices=("defaults", "harness"), default="defaults",
-                        help="vLLM's defaults for the GPU (the issue's reading of the rows), or "
+    parser.add_argument("--engine-args", choices=("defaults", "today", "harness"),
+                        default="defaults",
+                        help="vLLM's defaults for the GPU as the row's vLLM release had them "
+                             "(the issue's reading of the rows), today's defaults, or "
                              "aiconfigurator's benchmark harness's max_num_seqs and "
                              "max_num_batched_tokens")
     parser.add_argument("--clients", choices=("spread", "together"), default="spread",
@@ -310,6 +365,9 @@ def main() -> None:
                              "(phase-locked, the method before issue 30's TTFT analysis)")
     parser.add_argument("--no-band", action="store_true",
                         help="skip the other client start state (band_stats)")
+    parser.add_argument("--rows-out", type=Path, default=None,
+                        help="also write one JSON line per simulated row (its load and layout, "
+                             "measured and estimated TTFT and TPOT in ms), to study the errors")
     args = parser.parse_args()
     console = Console(width=200)
     try:
@@ -389,6 +447,9 @@ def main() -> None:
                                               f" / {b[f'{m}_above_band']:.0f}"
                                               for m in ("ttft", "tpot")))
         console.print(t)
+    if args.rows_out:
+        write_rows(args.rows_out, covered)
+        console.print(f"per-row figures: {args.rows_out}")
     wall = time.perf_counter() - started
     console.print(f"wall {wall:.0f} s; simulation {sum(r.sim_s for r in results):.0f} s of "
                   f"worker time")

@@ -181,3 +181,27 @@ def test_a_row_runs_in_both_client_start_states_and_is_placed_against_their_band
     assert stats["ttft_below_band"] == stats["ttft_in_band"] == stats["ttft_above_band"] == 33.3
     assert stats["tpot_in_band"] == 100.0  # the spread state's own TPOT bounds the band
     assert not gpu_fidelity.judge_row(m, False, (1, 2), "mean", 0, band=False).other_starts
+
+
+def test_a_row_of_an_older_vllm_runs_that_releases_scheduling_default() -> None:
+    """vLLM up to 0.13 scheduled synchronously by default, 0.14 on asynchronously: a 0.12.0 row
+    runs synchronously (the CPU's step time adds to the GPU's, so its TPOT is longer), a row
+    naming no release or a nightly runs today's default, and --engine-args today runs today's
+    for all."""
+    from benchmarks import gpu_fidelity
+
+    assert gpu_fidelity.release_defaults("0.12.0") == {"async_scheduling": False}
+    assert gpu_fidelity.release_defaults("0.13.0") == {"async_scheduling": False}
+    for today in ("0.14.0", "0.19.0", "", "nightly-5b8c30d62b754b57"):
+        assert gpu_fidelity.release_defaults(today) == {}
+    row = next(r for r in load_rows() if r.backend_version == "0.12.0"
+               and r.model_path == "Qwen/Qwen3-32B" and r.tp == 4 and r.concurrency == 8)
+    m = match_row(row)
+    assert isinstance(m, MatchedRow)
+    assert gpu_fidelity.row_engine(m)[1].async_scheduling is False
+    assert gpu_fidelity.row_engine(m, "today")[1].async_scheduling is True
+    assert gpu_fidelity.row_engine(m, "harness")[1].async_scheduling is False
+    sync, _ = gpu_fidelity.simulate(m, True, (1, 2), "mean", 0)
+    today, _ = gpu_fidelity.simulate(m, True, (1, 2), "mean", 0, "today")
+    assert isinstance(sync, tuple) and isinstance(today, tuple)
+    assert sync[1] > today[1]
