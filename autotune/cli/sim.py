@@ -12,12 +12,16 @@ from rich.table import Table
 
 from autotune.cli import output
 from autotune.cli.common import load_settings, open_db
+from autotune.domain.records import LatencySummary
 from autotune.errors import ConfigError
 
 # What --model and --gpu take (autotune.domain.catalogue.model / gpu resolve them).
 MODEL_HELP = ("Model: a catalogue name, a Hugging Face id with a bundled config.json "
               "(`autotune models list`), a model directory or a config.json path.")
 GPU_HELP = "GPU (catalogue name, or its short form: H100, H200, B200, B300, A100, L40S)."
+
+# What `simulate` reports of the other client start state (closed loop, equal lengths).
+BAND_FIELDS = ("output_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms")
 
 sim_app = typer.Typer(no_args_is_help=True, help="The simulator's calibration.")
 console = Console()
@@ -112,23 +116,35 @@ def simulate(
     if isinstance(load, ClosedLoop):
         loaded = load.requests(loaded, config.max_model_len or max_model_len)
     assert loaded is not None
-    backend = load_backend("sim", profile=str(profile) if profile else None,
-                           step_model=step_model or load_settings().sim.step_model,
-                           step_precision=step_precision,
-                           client_starts=client_starts)
-    backend.start(config, dep, label="simulate")
-    try:
-        step_label = backend.notes()["step_model"]
-        result = (backend.replay(loaded, load.rate_scale, seed) if isinstance(load, OpenLoop)
-                  else backend.replay_closed_loop(loaded, load.max_concurrency, seed))
-        summary = summarize(result)
-    finally:
-        backend.stop()
+    def run(starts: str) -> tuple[LatencySummary, str]:
+        backend = load_backend("sim", profile=str(profile) if profile else None,
+                               step_model=step_model or load_settings().sim.step_model,
+                               step_precision=step_precision, client_starts=starts)
+        backend.start(config, dep, label="simulate")
+        try:
+            label = backend.notes()["step_model"]
+            result = (backend.replay(loaded, load.rate_scale, seed) if isinstance(load, OpenLoop)
+                      else backend.replay_closed_loop(loaded, load.max_concurrency, seed))
+            return summarize(result), label
+        finally:
+            backend.stop()
+
+    summary, step_label = run(client_starts)
+    # Equal-length clients on a deterministic simulator stay as they started, phase-locked or
+    # spread for ever; a real engine's jitter leaves them in clumps between the two
+    # (docs/benchmarks/gpu-fidelity.md), so its TTFT lies between the two states' figures.
+    other: dict[str, object] | None = None
+    if isinstance(load, ClosedLoop) and load.fixed_lengths and load.max_concurrency > 1:
+        other_starts = "spread" if client_starts == "together" else "together"
+        other_summary, _ = run(other_starts)
+        other = {"client_starts": other_starts,
+                 **{k: getattr(other_summary, k) for k in BAND_FIELDS}}
     if as_json:
         described = load.describe()
         if isinstance(load, ClosedLoop):
             described["client_starts"] = client_starts
-        output.emit({**summary.model_dump(), "step_model": step_label, "load": described})
+        output.emit({**summary.model_dump(), "step_model": step_label, "load": described,
+                     **({"other_client_starts": other} if other else {})})
         return
     args = effective_values(config, dep)
     how = (f"x{load.rate_scale:g}" if isinstance(load, OpenLoop)
@@ -144,6 +160,10 @@ def simulate(
     console.print(table)
     console.print("engine arguments: " + ", ".join(f"{k}={v}" for k, v in args.items()))
     console.print(f"step model: {step_label}")
+    if other:
+        console.print(f"clients {other['client_starts']} instead of {client_starts}: "
+                      + ", ".join(f"{k} {other[k]:,.1f}" for k in BAND_FIELDS)
+                      + "; with equal lengths a real engine's figures lie between the two")
 
 
 @sim_app.command("calibrate")

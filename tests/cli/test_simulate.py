@@ -89,6 +89,12 @@ def test_simulate_closed_loop_with_fixed_lengths() -> None:
     desynchronised = json.loads(spread.stdout)
     assert desynchronised["load"]["client_starts"] == "spread"
     assert desynchronised["ttft_p50_ms"] < 0.5 * out["ttft_p50_ms"]  # no clump to wait for
+    # Each run reports the other start state beside its own: a real engine lies between.
+    assert out["other_client_starts"] == {
+        "client_starts": "spread",
+        **{k: desynchronised[k] for k in ("output_tok_s", "ttft_p50_ms", "ttft_p99_ms",
+                                          "tpot_p50_ms")}}
+    assert desynchronised["other_client_starts"]["ttft_p50_ms"] == out["ttft_p50_ms"]
 
 
 def test_simulate_closed_loop_takes_a_traces_lengths_and_open_loop_says_so() -> None:
@@ -97,6 +103,7 @@ def test_simulate_closed_loop_takes_a_traces_lengths_and_open_loop_says_so() -> 
     assert closed.returncode == 0, closed.stderr
     out = json.loads(closed.stdout)
     assert out["requests"] == 50 and out["load"]["lengths"] == "from the trace"
+    assert "other_client_starts" not in out  # a trace's lengths differ: no lock-step to bound
     opened = run_cli("simulate", "--trace", str(DEMO_TRACE), "--json")
     assert json.loads(opened.stdout)["load"] == {"mode": "open_loop", "rate_scale": 1.0}
 
