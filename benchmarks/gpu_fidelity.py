@@ -19,10 +19,14 @@ together for all at once).
 
 How many requests: aiconfigurator's benchmark harness (ai-dynamo/aiconfigurator, generator/
 config/backend_templates/benchmark/bench_run.sh.j2) runs aiperf at --concurrency N with
-2N warm-up requests, then 20N measured ones (MULTI_ROUND 20), ignore_eos. Here the first
-WARMUP_ROUNDS x N requests warm the engine up and are left out, and the next MEASURED_ROUNDS x N
-are measured (--rounds): with every request the same length, the loop settles into a periodic
-pattern within a round or two, so more rounds would add time, not information. TTFT and TPOT
+2N warm-up requests, then 20N measured ones (MULTI_ROUND 20), ignore_eos. aiperf lets the
+warm-up finish before the measured phase, which sends its first N requests at once
+(PROFILED_ROUNDS says where this is read): that first round is simulated as N prompts at once on
+an idle engine and weighs 1/20 (--first-round burst). The other 19 rounds are the clients'
+steady state: the first WARMUP_ROUNDS x N requests of a closed loop warm it up and are left out,
+and the next MEASURED_ROUNDS x N are measured (--rounds): with every request the same length,
+the loop settles into a periodic pattern within a round or two, so more rounds would add time,
+not information. TTFT and TPOT
 (vLLM's benchmark definition: (E2E - TTFT) / (output tokens - 1)) are means over the measured
 requests, as aiperf's summary reports them (`avg`); the source does not say which statistic the
 rows hold (--stat median to see the other).
@@ -46,7 +50,8 @@ what a kernel-based estimate gives these rows out of sample.
 
 Usage: PYTHONPATH=. .venv/bin/python benchmarks/gpu_fidelity.py [--jobs N] [--limit N]
            [--models SUBSTR,...] [--no-aic] [--rounds W,M] [--stat mean|median]
-           [--clients spread|together] [--engine-args defaults|today|harness] [--no-band]
+           [--clients spread|together] [--first-round burst|steady]
+           [--engine-args defaults|today|harness] [--no-band]
            [--rows-out FILE]
 Prints the skipped rows by reason, tables per model and per model, system and precision (APE median and
 P90 of TTFT and TPOT, the signed median error, rows), then one JSON line:
@@ -66,7 +71,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -90,6 +95,15 @@ import gpu_fidelity_aic as aic
 from gpu_fidelity_rows import MatchedRow, load_rows, match_rows
 
 WARMUP_ROUNDS, MEASURED_ROUNDS = 2, 4
+# How the rows' harness profiles (generator/config/backend_templates/benchmark/bench_run.sh.j2):
+# aiperf --concurrency N --warmup-request-count 2N --num-requests N x BENCH_MULTI_ROUND (20).
+# aiperf runs its phases one after the other, each waiting until its last request has returned
+# (aiperf 0.3.0 timing/credit_issuing_strategy.py::CreditIssuingStrategy._execute_phases;
+# 0.13.0 timing/phase_orchestrator.py, `seamless` off by default), and issues a concurrency
+# phase's N credits at once (CONCURRENCY_BURST). So the 20 profiled rounds begin with N prompts
+# at once on an idle engine: that round is simulated as such (--first-round burst) and weighs
+# 1/20 of the row's mean; the other 19 are the clients' steady state (--clients).
+PROFILED_ROUNDS = 20
 # max_model_len as aiconfigurator's benchmark harness sets it for agg vLLM workers
 # (generator/rule_plugin/benchmark/vllm.rule: max_seq_len = isl + osl + 1500, rendered as
 # --max-model-len): vLLM's default, the model's whole context, leaves no room for the KV cache
@@ -98,6 +112,18 @@ HARNESS_CONTEXT_MARGIN = 1500
 KEYS = ("tpot_ape_median", "tpot_ape_p90", "ttft_ape_median", "ttft_ape_p90")
 
 Estimate = tuple[float, float] | str  # (TTFT ms, TPOT ms), or why there is none
+
+
+@dataclass(frozen=True)
+class Method:
+    """How each row is simulated: the command line's choices."""
+
+    rounds: tuple[int, int] = (WARMUP_ROUNDS, MEASURED_ROUNDS)  # warm-up, measured (steady)
+    stat: str = "mean"  # or "median": over the measured requests
+    seed: int = 0
+    engine_args: str = "defaults"  # the row release's defaults, "today" or "harness"
+    clients: str = "spread"  # the steady state's client start state, or "together"
+    first_round: str = "burst"  # the profiled phase's burst round, or "steady" to leave it out
 
 
 @dataclass
@@ -115,17 +141,44 @@ class RowResult:
     notes: list[str] = field(default_factory=list)
 
 
-def _latencies_ms(result: object, skip: int, stat: str) -> Estimate:
-    """Mean (or median) TTFT and TPOT in ms over the requests after the first `skip`."""
+def _per_request_ms(result: object, skip: int) -> tuple[np.ndarray, np.ndarray] | str:
+    """TTFT and TPOT in ms of each request after the first `skip` (TPOT of those with more
+    than one output token), or why there are none."""
     ttft_s = np.asarray(result.ttft_s)[skip:]  # type: ignore[attr-defined]
     e2e_s = np.asarray(result.e2e_s)[skip:]  # type: ignore[attr-defined]
     out = np.asarray(result.output_tokens)[skip:]  # type: ignore[attr-defined]
     failed = np.asarray(result.failed)[skip:]  # type: ignore[attr-defined]
     if failed.any():
         return f"sim: {int(failed.sum())} of {len(failed)} measured requests failed"
-    tpot = (e2e_s - ttft_s)[out > 1] / (out[out > 1] - 1)
-    reduce = np.mean if stat == "mean" else np.median
-    return float(reduce(ttft_s) * 1e3), float(reduce(tpot) * 1e3) if len(tpot) else float("nan")
+    tpot_s = (e2e_s - ttft_s)[out > 1] / (out[out > 1] - 1)
+    return ttft_s * 1e3, tpot_s * 1e3
+
+
+def _reduce(parts: list[tuple[np.ndarray, float]], stat: str) -> float:
+    """The mean (or median) over requests drawn from parts of given weight: each part's
+    requests stand for that share of all the measured ones."""
+    values = np.concatenate([v for v, _ in parts])
+    weights = np.concatenate([np.full(len(v), w / len(v)) for v, w in parts if len(v)])
+    if not len(values):
+        return float("nan")
+    if stat == "mean":
+        return float(np.average(values, weights=weights))
+    order = np.argsort(values)
+    cumulative = np.cumsum(weights[order])
+    return float(values[order][np.searchsorted(cumulative, cumulative[-1] / 2)])
+
+
+def _latencies_ms(parts: list[tuple[object, int, float]], stat: str) -> Estimate:
+    """Mean (or median) TTFT and TPOT in ms over the requests of several simulated runs, each
+    (result, requests to skip, its weight among the measured requests)."""
+    ttfts, tpots = [], []
+    for result, skip, weight in parts:
+        got = _per_request_ms(result, skip)
+        if isinstance(got, str):
+            return got
+        ttfts.append((got[0], weight))
+        tpots.append((got[1], weight))
+    return _reduce(ttfts, stat), _reduce(tpots, stat)
 
 
 class ServedDeployment(DeploymentSpec):
@@ -195,13 +248,12 @@ def row_engine(m: MatchedRow, engine_args: str = "defaults"
     return dep, engine_shape(config, dep)
 
 
-def simulate(m: MatchedRow, table_wanted: bool, rounds: tuple[int, int], stat: str,
-             seed: int, engine_args: str = "defaults", clients: str = "spread"
+def simulate(m: MatchedRow, table_wanted: bool, method: Method = Method()
              ) -> tuple[Estimate, str]:
     """The row simulated in closed loop; the step model that ran ("measured" or "roofline")."""
     r = m.row
     try:
-        dep, shape = row_engine(m, engine_args)
+        dep, shape = row_engine(m, method.engine_args)
     except (ConfigError, EngineStartError, ValidationError) as exc:
         return f"sim: {str(exc).splitlines()[0]}", ROOFLINE
     chosen = select_step_model(m.gpu.name, m.catalogue_model, m.layout, m.precision)
@@ -211,27 +263,33 @@ def simulate(m: MatchedRow, table_wanted: bool, rounds: tuple[int, int], stat: s
         perf = start_perf(shape, dep, profile, table=table)
     except EngineStartError as exc:
         return f"sim: {str(exc).splitlines()[0]}", chosen.name
-    warmup, measured = rounds
+    warmup, measured = method.rounds
     n = (warmup + measured) * r.concurrency
     isl, osl = np.full(n, r.isl), np.full(n, r.osl)
-    starts = spread_starts(perf, isl, osl, r.concurrency) if clients == "spread" else None
-    result = replay_closed_loop(perf, isl, osl, r.concurrency, seed, start_s=starts)
-    return _latencies_ms(result, warmup * r.concurrency, stat), ("measured" if table else ROOFLINE)
+    starts = spread_starts(perf, isl, osl, r.concurrency) if method.clients == "spread" else None
+    steady = replay_closed_loop(perf, isl, osl, r.concurrency, method.seed, start_s=starts)
+    parts: list[tuple[object, int, float]] = [(steady, warmup * r.concurrency, 1.0)]
+    if method.first_round == "burst":
+        # The profiled phase's first round: its N prompts at once on the idle engine.
+        n = r.concurrency
+        burst = replay_closed_loop(perf, isl[:n], osl[:n], n, method.seed, start_s=None)
+        parts = [(burst, 0, 1 / PROFILED_ROUNDS),
+                 (steady, warmup * r.concurrency, 1 - 1 / PROFILED_ROUNDS)]
+    return _latencies_ms(parts, method.stat), ("measured" if table else ROOFLINE)
 
 
-def judge_row(m: MatchedRow, with_aic: bool, rounds: tuple[int, int], stat: str,
-              seed: int, engine_args: str = "defaults", clients: str = "spread",
+def judge_row(m: MatchedRow, with_aic: bool, method: Method = Method(),
               band: bool = True) -> RowResult:
     """Everything for one row; runs in a worker process."""
     logging.disable(logging.WARNING)  # the package logs its data fallbacks per call
     out = RowResult(m)
     t0 = time.perf_counter()
-    out.sim, out.step_model = simulate(m, True, rounds, stat, seed, engine_args, clients)
+    out.sim, out.step_model = simulate(m, True, method)
     if out.step_model == "measured":
-        out.roofline, _ = simulate(m, False, rounds, stat, seed, engine_args, clients)
+        out.roofline, _ = simulate(m, False, method)
     if band and isinstance(out.sim, tuple):
-        other = "together" if clients == "spread" else "spread"
-        out.other_starts, _ = simulate(m, True, rounds, stat, seed, engine_args, other)
+        other = "together" if method.clients == "spread" else "spread"
+        out.other_starts, _ = simulate(m, True, replace(method, clients=other))
     out.sim_s = time.perf_counter() - t0
     if with_aic:
         out.aic = aic.estimate(m.row)
@@ -363,6 +421,11 @@ def main() -> None:
                         help="clients' first sends spread over one request's service time "
                              "(the desynchronised steady state; spread_starts), or all at once "
                              "(phase-locked, the method before issue 30's TTFT analysis)")
+    parser.add_argument("--first-round", choices=("burst", "steady"), default="burst",
+                        help="the profiled phase's first round as aiperf sends it, N prompts at "
+                             "once on an idle engine (weight 1/20, PROFILED_ROUNDS), or every "
+                             "measured round in the clients' steady state (the method before "
+                             "session 28)")
     parser.add_argument("--no-band", action="store_true",
                         help="skip the other client start state (band_stats)")
     parser.add_argument("--rows-out", type=Path, default=None,
@@ -391,8 +454,9 @@ def main() -> None:
     absent = "--no-aic given" if args.no_aic else aic.available()
     with_aic = absent is None
 
-    work = [(m, with_aic, (warmup, measured), args.stat, args.seed, args.engine_args,
-             args.clients, not args.no_band) for m in matched]
+    method = Method((warmup, measured), args.stat, args.seed, args.engine_args, args.clients,
+                    args.first_round)
+    work = [(m, with_aic, method, not args.no_band) for m in matched]
     if args.jobs > 1 and len(work) > 1:
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
             results = list(pool.map(judge_row, *zip(*work, strict=True), chunksize=4))
@@ -407,7 +471,9 @@ def main() -> None:
 
     console.print(f"gpu_fidelity: {len(rows)} judge rows, {len(covered)} simulated; "
                   f"{time.strftime('%Y-%m-%d')}, {platform.node()}, {os.cpu_count()} CPUs, "
-                  f"--jobs {args.jobs}, rounds {warmup}+{measured}, {args.stat}")
+                  f"--jobs {args.jobs}, rounds {warmup}+{measured}, {args.stat}, clients "
+                  f"{args.clients}, first round {args.first_round}, engine args "
+                  f"{args.engine_args}")
     for reason, n in skipped.most_common():
         console.print(f"  skipped {n:4d}: {reason}")
     if absent:
@@ -471,7 +537,7 @@ def main() -> None:
         "aic_rows": len(both),
         "step_models": dict(Counter(r.step_model for r in covered)),
         "skipped": dict(skipped), "engine_args": args.engine_args,
-        "clients": args.clients, "band": bands if bands["all"] else None,
+        "clients": args.clients, "first_round": args.first_round, "band": bands if bands["all"] else None,
         "wall_s": round(wall, 1),
     }))
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from benchmarks.gpu_fidelity_rows import (
@@ -148,13 +149,13 @@ def test_a_row_runs_at_its_served_precision_through_vllms_rules() -> None:
     row = next(r for r in load_rows() if r.id == "minimaxm2_5_b200_vllm_fp4_agg_1024x1024_c4_cfg705")
     m = match_row(row)
     assert isinstance(m, MatchedRow) and m.precision == "nvfp4/nvfp4"
-    estimate, step_model = gpu_fidelity.simulate(m, True, (1, 1), "mean", 0)
+    estimate, step_model = gpu_fidelity.simulate(m, True, gpu_fidelity.Method((1, 1)))
     assert step_model == "measured" and isinstance(estimate, tuple), estimate
     ttft_ms, tpot_ms = estimate
     assert 0 < tpot_ms < ttft_ms
     fp8 = match_row(_copy(row, gemm_quant_mode="fp8", moe_quant_mode="fp8"))
     assert isinstance(fp8, MatchedRow)
-    refused, _ = gpu_fidelity.simulate(fp8, True, (1, 1), "mean", 0)
+    refused, _ = gpu_fidelity.simulate(fp8, True, gpu_fidelity.Method((1, 1)))
     assert isinstance(refused, str) and "fp8_block_expert_shards" in refused
 
 
@@ -166,7 +167,7 @@ def test_a_row_runs_in_both_client_start_states_and_is_placed_against_their_band
     row = next(r for r in load_rows() if r.id == "minimaxm2_5_b200_vllm_fp4_agg_1024x1024_c4_cfg705")
     m = match_row(row)
     assert isinstance(m, MatchedRow)
-    result = gpu_fidelity.judge_row(m, False, (1, 2), "mean", 0)
+    result = gpu_fidelity.judge_row(m, False, gpu_fidelity.Method((1, 2)))
     assert isinstance(result.sim, tuple) and isinstance(result.other_starts, tuple)
     # Four clients phase-locked wait for each other's prompts: the band is the spread TTFT up
     # to the phase-locked one.
@@ -180,7 +181,7 @@ def test_a_row_runs_in_both_client_start_states_and_is_placed_against_their_band
     assert stats["rows"] == 3
     assert stats["ttft_below_band"] == stats["ttft_in_band"] == stats["ttft_above_band"] == 33.3
     assert stats["tpot_in_band"] == 100.0  # the spread state's own TPOT bounds the band
-    assert not gpu_fidelity.judge_row(m, False, (1, 2), "mean", 0, band=False).other_starts
+    assert not gpu_fidelity.judge_row(m, False, gpu_fidelity.Method((1, 2)), band=False).other_starts
 
 
 def test_a_row_of_an_older_vllm_runs_that_releases_scheduling_default() -> None:
@@ -201,7 +202,39 @@ def test_a_row_of_an_older_vllm_runs_that_releases_scheduling_default() -> None:
     assert gpu_fidelity.row_engine(m)[1].async_scheduling is False
     assert gpu_fidelity.row_engine(m, "today")[1].async_scheduling is True
     assert gpu_fidelity.row_engine(m, "harness")[1].async_scheduling is False
-    sync, _ = gpu_fidelity.simulate(m, True, (1, 2), "mean", 0)
-    today, _ = gpu_fidelity.simulate(m, True, (1, 2), "mean", 0, "today")
+    sync, _ = gpu_fidelity.simulate(m, True, gpu_fidelity.Method((1, 2)))
+    today, _ = gpu_fidelity.simulate(m, True, gpu_fidelity.Method((1, 2), engine_args="today"))
     assert isinstance(sync, tuple) and isinstance(today, tuple)
     assert sync[1] > today[1]
+
+
+def test_the_profiled_phase_begins_with_its_burst_round() -> None:
+    """aiperf's measured phase starts with its N requests at once on an idle engine: that round
+    weighs 1/20 of the row's mean, the clients' steady state the other 19/20. At 64 clients of
+    1,024-token prompts the burst waits for eight steps of prefill, so it lengthens the TTFT."""
+    from benchmarks import gpu_fidelity
+    from benchmarks.gpu_fidelity import Method
+
+    row = next(r for r in load_rows() if r.model_path == "meta-llama/Llama-3.1-70B"
+               and r.system == "h100_sxm" and r.isl == 1024 and r.concurrency == 64
+               and r.tp == 4)
+    m = match_row(row)
+    assert isinstance(m, MatchedRow)
+    with_burst, _ = gpu_fidelity.simulate(m, True, Method((1, 2)))
+    steady, _ = gpu_fidelity.simulate(m, True, Method((1, 2), first_round="steady"))
+    # The burst round alone: N clients at once, nothing before, one round measured.
+    burst, _ = gpu_fidelity.simulate(m, True, Method((0, 1), clients="together",
+                                                     first_round="steady"))
+    assert isinstance(with_burst, tuple) and isinstance(steady, tuple)
+    assert isinstance(burst, tuple) and burst[0] > 3 * steady[0]
+    for i in (0, 1):
+        assert with_burst[i] == pytest.approx((burst[i] + 19 * steady[i]) / 20, rel=1e-9)
+
+
+def test_a_weighted_median_counts_each_part_by_its_weight() -> None:
+    from benchmarks.gpu_fidelity import _reduce
+
+    low, high = np.array([1.0, 2.0, 3.0]), np.array([100.0])
+    assert _reduce([(low, 0.9), (high, 0.1)], "median") == 2.0
+    assert _reduce([(low, 0.1), (high, 0.9)], "median") == 100.0
+    assert _reduce([(low, 0.5), (high, 0.5)], "mean") == pytest.approx(51.0)
