@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -12,8 +12,10 @@ from rich.table import Table
 
 from autotune.cli import output
 from autotune.cli.common import load_settings, open_db
-from autotune.domain.records import LatencySummary
 from autotune.errors import ConfigError
+
+if TYPE_CHECKING:
+    from autotune.domain.records import LatencySummary
 
 # What --model and --gpu take (autotune.domain.catalogue.model / gpu resolve them).
 MODEL_HELP = ("Model: a catalogue name, a Hugging Face id with a bundled config.json "
