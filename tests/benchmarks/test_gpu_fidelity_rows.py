@@ -6,6 +6,7 @@ was measured at, or skipped under the reason why."""
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -238,3 +239,23 @@ def test_a_weighted_median_counts_each_part_by_its_weight() -> None:
     assert _reduce([(low, 0.9), (high, 0.1)], "median") == 2.0
     assert _reduce([(low, 0.1), (high, 0.9)], "median") == 100.0
     assert _reduce([(low, 0.5), (high, 0.5)], "mean") == pytest.approx(51.0)
+
+
+def test_rows_out_writes_one_line_per_row_with_what_each_estimator_said(tmp_path: Path) -> None:
+    import json
+
+    from benchmarks import gpu_fidelity
+
+    row = next(r for r in load_rows() if r.id == "minimaxm2_5_b200_vllm_fp4_agg_1024x1024_c4_cfg705")
+    m = match_row(row)
+    assert isinstance(m, MatchedRow)
+    results = [gpu_fidelity.RowResult(m, sim=(80.0, 7.5), step_model="measured",
+                                      aic="no estimate")]
+    path = tmp_path / "rows.jsonl"
+    gpu_fidelity.write_rows(path, results)
+    [line] = path.read_text().splitlines()
+    written = json.loads(line)
+    assert written["id"] == row.id and written["concurrency"] == 4
+    assert written["measured"] == [row.ttft_ms, row.tpot_ms]
+    assert written["sim"] == [80.0, 7.5] and written["aic_static"] is None
+    assert (written["layout"], written["precision"]) == (m.layout, m.precision)
