@@ -157,10 +157,11 @@ def _per_request_ms(result: object, skip: int) -> tuple[np.ndarray, np.ndarray] 
 def _reduce(parts: list[tuple[np.ndarray, float]], stat: str) -> float:
     """The mean (or median) over requests drawn from parts of given weight: each part's
     requests stand for that share of all the measured ones."""
-    values = np.concatenate([v for v, _ in parts])
-    weights = np.concatenate([np.full(len(v), w / len(v)) for v, w in parts if len(v)])
-    if not len(values):
+    parts = [(v, w) for v, w in parts if len(v)]
+    if not parts:
         return float("nan")
+    values = np.concatenate([v for v, _ in parts])
+    weights = np.concatenate([np.full(len(v), w / len(v)) for v, w in parts])
     if stat == "mean":
         return float(np.average(values, weights=weights))
     order = np.argsort(values)
@@ -271,8 +272,9 @@ def simulate(m: MatchedRow, table_wanted: bool, method: Method = Method()
     parts: list[tuple[object, int, float]] = [(steady, warmup * r.concurrency, 1.0)]
     if method.first_round == "burst":
         # The profiled phase's first round: its N prompts at once on the idle engine.
-        n = r.concurrency
-        burst = replay_closed_loop(perf, isl[:n], osl[:n], n, method.seed, start_s=None)
+        clients = r.concurrency
+        burst = replay_closed_loop(perf, isl[:clients], osl[:clients], clients, method.seed,
+                                   start_s=None)
         parts = [(burst, 0, 1 / PROFILED_ROUNDS),
                  (steady, warmup * r.concurrency, 1 - 1 / PROFILED_ROUNDS)]
     return _latencies_ms(parts, method.stat), ("measured" if table else ROOFLINE)
@@ -425,7 +427,7 @@ def main() -> None:
                         help="the profiled phase's first round as aiperf sends it, N prompts at "
                              "once on an idle engine (weight 1/20, PROFILED_ROUNDS), or every "
                              "measured round in the clients' steady state (the method before "
-                             "session 28)")
+                             "2026-12-07)")
     parser.add_argument("--no-band", action="store_true",
                         help="skip the other client start state (band_stats)")
     parser.add_argument("--rows-out", type=Path, default=None,
@@ -537,7 +539,8 @@ def main() -> None:
         "aic_rows": len(both),
         "step_models": dict(Counter(r.step_model for r in covered)),
         "skipped": dict(skipped), "engine_args": args.engine_args,
-        "clients": args.clients, "first_round": args.first_round, "band": bands if bands["all"] else None,
+        "clients": args.clients, "first_round": args.first_round,
+        "band": bands if bands["all"] else None,
         "wall_s": round(wall, 1),
     }))
 

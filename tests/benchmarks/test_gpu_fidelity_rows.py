@@ -239,6 +239,7 @@ def test_a_weighted_median_counts_each_part_by_its_weight() -> None:
     assert _reduce([(low, 0.9), (high, 0.1)], "median") == 2.0
     assert _reduce([(low, 0.1), (high, 0.9)], "median") == 100.0
     assert _reduce([(low, 0.5), (high, 0.5)], "mean") == pytest.approx(51.0)
+    assert np.isnan(_reduce([(np.array([]), 1.0)], "mean"))  # no request with a TPOT
 
 
 def test_rows_out_writes_one_line_per_row_with_what_each_estimator_said(tmp_path: Path) -> None:
