@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -85,10 +86,7 @@ def clumps(arrived_s: np.ndarray, ended_s: np.ndarray, step_s: float, skip: int
     ends = np.sort(ended_s)
     delays = [(t - ends[i - 1]) * 1e3 for t in order
               if (i := int(np.searchsorted(ends, t, side="right"))) > 0]
-    counted: dict[int, int] = {}
-    for size in sizes.tolist():
-        counted[size] = counted.get(size, 0) + 1
-    return dict(sorted(counted.items())), delays
+    return dict(sorted(Counter(sizes.tolist()).items())), delays
 
 
 def run_aiperf(aiperf: str, port: int, tokenizer: Path, concurrency: int, rounds: int,
