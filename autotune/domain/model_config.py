@@ -2,7 +2,7 @@
 
 Reads the architecture fields vLLM's model classes read (vllm/model_executor/models/<arch>.py)
 for three families: dense and MoE GQA models (Llama, Qwen3, Mistral, Qwen3-MoE, Mixtral,
-MiniMax-M2, gpt-oss), and MLA models (DeepSeek-V3, Kimi-K2/K2.5, whose multimodal config nests
+MiniMax-M2, gpt-oss, Gemma 4), and MLA models (DeepSeek-V3, Kimi-K2/K2.5, whose multimodal config nests
 the language model under `text_config`). Parameter counts are derived from the architecture
 (embeddings, attention projections, MLPs, routed and shared experts, routers; norms and biases
 are left out, under 0.1%), and the weight formats and bytes from `quantization_config` (or a
@@ -63,6 +63,7 @@ def read_model_config(path: Path, name: str | None = None, hf_id: str = "",
         raise ConfigError(f"{where}: DeepSeek-V4's hybrid attention is not read from config.json; "
                           "use the catalogue entries DeepSeek-V4-Flash or DeepSeek-V4-Pro")
     _refuse_hybrid(arch, where)
+    _refuse_layer_sharing(arch, where)
     quant = _quant(qcfg, where)
     return _model(arch, quant, where, name or _default_name(path), hf_id)
 
@@ -84,6 +85,17 @@ def _refuse_hybrid(cfg: dict[str, Any], where: str) -> None:
         raise ConfigError(f"{where}: {', '.join(odd[:3])}: layers other than attention (Mamba, "
                           "linear attention) are not modelled; choose a catalogue model or a "
                           "transformer-only config")
+
+
+def _refuse_layer_sharing(cfg: dict[str, Any], where: str) -> None:
+    """ConfigError for Gemma's on-device variants: layers that reuse an earlier layer's KV
+    cache (num_kv_shared_layers) and per-layer input embeddings (hidden_size_per_layer_input),
+    which the reader does not model."""
+    odd = [k for k in ("num_kv_shared_layers", "hidden_size_per_layer_input") if cfg.get(k)]
+    if odd:
+        raise ConfigError(f"{where}: {', '.join(odd)}: KV-shared layers and per-layer input "
+                          "embeddings are not modelled; choose a catalogue model or a config "
+                          "without them")
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -208,21 +220,28 @@ def _model(cfg: dict[str, Any], quant: _Quant, where: str, name: str, hf_id: str
     max_context = _need(cfg, "max_position_embeddings", where)
     heads = _need(cfg, "num_attention_heads", where)
 
-    # Experts: DeepSeek n_routed_experts, Qwen3-MoE num_experts, Mixtral/MiniMax/gpt-oss
-    # num_local_experts; the expert width is moe_intermediate_size where the model has one,
-    # else intermediate_size (Mixtral, MiniMax-M2, gpt-oss have no dense MLP).
+    # Experts: DeepSeek n_routed_experts, Qwen3-MoE and Gemma 4 num_experts, Mixtral/MiniMax/
+    # gpt-oss num_local_experts; per token: Gemma 4 says top_k_experts. The expert width is
+    # moe_intermediate_size where the model has one, else intermediate_size (Mixtral,
+    # MiniMax-M2, gpt-oss have no dense MLP).
     experts = int(_first(cfg, "n_routed_experts", "num_experts", "num_local_experts") or 0)
     moe_width = per_token = shared = first_dense = 0
+    # Gemma 4's MoE layers run a dense MLP beside the experts, every layer (enable_moe_block:
+    # Gemma4DecoderLayer runs self.mlp unconditionally and adds self.moe's output).
+    mlp_beside_experts = bool(cfg.get("enable_moe_block") or cfg.get("use_second_mlp_block"))
     if experts:
-        per_token = int(_first(cfg, "num_experts_per_tok", "experts_per_token") or 0)
+        per_token = int(_first(cfg, "num_experts_per_tok", "experts_per_token", "top_k_experts")
+                        or 0)
         if not per_token:
             raise ConfigError(f"{where}: field 'num_experts_per_tok' is missing; a mixture-of-"
                               "experts config needs it")
-        moe_width = int(_first(cfg, "moe_intermediate_size") or _need(cfg, "intermediate_size", where))
+        moe_width = int(_first(cfg, "moe_intermediate_size", "expert_intermediate_size")
+                        or _need(cfg, "intermediate_size", where))
         shared = int(cfg.get("n_shared_experts") or 0)
         # DeepSeek's first_k_dense_replace; Qwen3-MoE's mlp_only_layers (taken as leading).
         first_dense = int(cfg.get("first_k_dense_replace") or len(cfg.get("mlp_only_layers") or []))
-    dense_width = _need(cfg, "intermediate_size", where) if not experts or first_dense else 0
+    dense_layers = layers if not experts or mlp_beside_experts else first_dense
+    dense_width = _need(cfg, "intermediate_size", where) if dense_layers else 0
     moe_layers = layers - first_dense if experts else 0
 
     mla = cfg.get("kv_lora_rank") is not None
@@ -237,18 +256,32 @@ def _model(cfg: dict[str, Any], quant: _Quant, where: str, name: str, hf_id: str
     else:
         kv_heads = int(cfg.get("num_key_value_heads") or heads)
         head_dim = int(cfg.get("head_dim") or hidden // heads)
-        attn = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
 
-    # gpt-oss: layer_types names each layer; sliding layers attend to sliding_window tokens.
-    # (Its per-head attention sinks are one learned logit per head: no KV, no weights to count.)
+    # gpt-oss, Gemma 4: layer_types names each layer; sliding layers attend to sliding_window
+    # tokens. (gpt-oss's per-head attention sinks are one learned logit per head: no KV, no
+    # weights to count.)
     layer_types = cfg.get("layer_types") or []
     window_layers = sum(1 for t in layer_types if t == "sliding_attention")
     window = int(cfg.get("sliding_window") or 0) if window_layers else 0
+    # Gemma 4's full-attention layers: head width global_head_dim, and with attention_k_eq_v
+    # num_global_key_value_heads KV heads, whose K vLLM loads into both the K and the V slot
+    # (vllm/model_executor/models/gemma4.py, Gemma4DecoderLayer.__init__, Gemma4Attention).
+    full_head_dim = int(cfg.get("global_head_dim") or 0) if layer_types else 0
+    full_kv_heads = (int(cfg.get("num_global_key_value_heads") or 0)
+                     if layer_types and cfg.get("attention_k_eq_v") else 0)
+    if not mla:
+        def attn_per_layer(kv: int, dim: int) -> int:  # q, k, v and o projections
+            return 2 * hidden * heads * dim + 2 * hidden * kv * dim
+
+        full_layers = layers - window_layers
+        attn = (attn_per_layer(kv_heads, head_dim) * window_layers
+                + attn_per_layer(full_kv_heads or kv_heads, full_head_dim or head_dim)
+                * full_layers) / layers
 
     embed = vocab * hidden
     lm_head = 0 if cfg.get("tie_word_embeddings") else vocab * hidden
     parts = {"attention": float(attn * layers),
-             "mlp": float(3 * hidden * dense_width * (first_dense if experts else layers)),
+             "mlp": float(3 * hidden * dense_width * dense_layers),
              "shared": float(3 * hidden * moe_width * shared * moe_layers),
              "router": float(experts * hidden * moe_layers),
              "experts": float(3 * hidden * moe_width * experts * moe_layers)}
@@ -273,8 +306,12 @@ def _model(cfg: dict[str, Any], quant: _Quant, where: str, name: str, hf_id: str
               + (f"MLA kv_lora_rank {cfg.get('kv_lora_rank')} + rope {cfg.get('qk_rope_head_dim')}"
                  if mla else f"{kv_heads} KV heads of dim {head_dim}")
               + (f", {window_layers} sliding-window layers of {window}" if window_layers else "")
+              + (f", full-attention layers {full_kv_heads or kv_heads} KV heads of dim "
+                 f"{full_head_dim or head_dim}" if full_kv_heads or full_head_dim else "")
               + (f"; {experts} routed experts + {shared} shared, {per_token} per token, width "
-                 f"{moe_width}, first {first_dense} layers dense" if experts else
+                 f"{moe_width}, first {first_dense} layers dense"
+                 + (f", a dense MLP {dense_width} beside them" if mlp_beside_experts else "")
+                 if experts else
                  f"; MLP {dense_width}")
               + ("; its sparse indexer (index_topk) is not modelled: attention reads every "
                  "context token" if cfg.get("index_topk") else "")
@@ -284,11 +321,12 @@ def _model(cfg: dict[str, Any], quant: _Quant, where: str, name: str, hf_id: str
     return Model(name, round(total / 1e9, 3), round(active / 1e9, 3), round(dense_bytes, 4),
                  quant.bytes_per_param if expert_quant != "bf16" else 2.0, layers, hidden, vocab,
                  max_context, MLA if mla else GQA, heads, kv_heads, head_dim,
-                 dense_width if (not experts or first_dense) else 0, source,
+                 dense_width, source,
                  kv_lora_rank=int(cfg.get("kv_lora_rank") or 0) if mla else 0,
                  qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0) if mla else 0,
                  v_head_dim=int(cfg.get("v_head_dim") or 0) if mla else 0,
                  sliding_window=window, sliding_window_layers=window_layers,
+                 full_attention_kv_heads=full_kv_heads, full_attention_head_dim=full_head_dim,
                  num_experts=experts, experts_per_token=per_token, moe_intermediate_size=moe_width,
                  num_shared_experts=shared, first_dense_layers=first_dense, mtp=mtp,
                  dense_quant=dense_quant, expert_quant=expert_quant,

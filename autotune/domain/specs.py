@@ -65,6 +65,11 @@ class Model:
     # GQA models with sliding-window layers (gpt-oss: every other layer attends to the last
     # `sliding_window` tokens only): how many of the layers do. 0 = all layers attend fully.
     sliding_window_layers: int = 0
+    # GQA models whose full-attention layers have KV heads and a head width of their own
+    # (Gemma 4: global_head_dim 512, and num_global_key_value_heads where attention_k_eq_v);
+    # 0 = the same as every layer's (num_kv_heads, head_dim).
+    full_attention_kv_heads: int = 0
+    full_attention_head_dim: int = 0
     index_head_dim: int = 0
     index_topk: int = 0
     # Mixture of experts: routed experts per MoE layer (0 = dense model), how many a token

@@ -162,3 +162,87 @@ def test_a_hybrid_mamba_config_is_refused_not_misread(tmp_path: Path) -> None:
     path.write_text(json.dumps(cfg))
     with pytest.raises(ConfigError, match="hybrid_override_pattern, mamba_num_heads"):
         read_model_config(path)
+
+
+def _gemma4_text_config(**changes: object) -> dict[str, object]:
+    """A Gemma 4 config.json in the published shape (google/gemma-4-26B-A4B's text_config,
+    layers cut to 6): 5 sliding layers of 8 KV heads x 256, then 1 full-attention layer of
+    2 KV heads x 512 (attention_k_eq_v), 128 experts of width 704 (top 8) beside a dense MLP."""
+    text = {"model_type": "gemma4_text", "num_hidden_layers": 6, "hidden_size": 2816,
+            "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256,
+            "global_head_dim": 512, "num_global_key_value_heads": 2, "attention_k_eq_v": True,
+            "layer_types": ["sliding_attention"] * 5 + ["full_attention"],
+            "sliding_window": 1024, "intermediate_size": 2112, "enable_moe_block": True,
+            "num_experts": 128, "top_k_experts": 8, "moe_intermediate_size": 704,
+            "num_kv_shared_layers": 0, "hidden_size_per_layer_input": 0,
+            "vocab_size": 262144, "max_position_embeddings": 262144,
+            "tie_word_embeddings": True, **changes}
+    return {"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4",
+            "text_config": text}
+
+
+def _write(tmp_path: Path, cfg: dict[str, object]) -> Path:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def test_gemma4_full_attention_layers_have_their_own_kv_heads_and_width(tmp_path: Path) -> None:
+    # vllm/model_executor/models/gemma4.py, Gemma4DecoderLayer.__init__: a full-attention
+    # layer's head_dim is global_head_dim, and with attention_k_eq_v its KV heads are
+    # num_global_key_value_heads; K is loaded into both the K and the V slot, so both are cached.
+    m = read_model_config(_write(tmp_path, _gemma4_text_config()))
+    assert (m.num_kv_heads, m.head_dim) == (8, 256)
+    assert (m.full_attention_kv_heads, m.full_attention_head_dim) == (2, 512)
+    assert (m.sliding_window, m.sliding_window_layers) == (1024, 5)
+    for tp in (1, 2, 4):
+        layout = kv_layout(m, "auto", tp)
+        full = 2 * max(1, 2 / tp) * 512 * 2  # K and V of the full layer, bf16
+        sliding = 2 * max(1, 8 / tp) * 256 * 2
+        assert layout.bytes_per_token == full
+        assert layout.fixed_bytes_per_seq == sliding * 1024 * 5
+        assert layout.attn_flops_per_pair == 4 * (16 / tp) * 512
+    # Without attention_k_eq_v the full layers keep num_key_value_heads (and global_head_dim).
+    plain = read_model_config(_write(tmp_path, _gemma4_text_config(attention_k_eq_v=False)))
+    assert (plain.full_attention_kv_heads, plain.full_attention_head_dim) == (0, 512)
+    assert kv_layout(plain, "auto", 1).bytes_per_token == 2 * 8 * 512 * 2
+
+
+def test_gemma4_moe_reads_top_k_experts_and_the_dense_mlp_beside_them(tmp_path: Path) -> None:
+    m = read_model_config(_write(tmp_path, _gemma4_text_config()))
+    assert (m.num_experts, m.experts_per_token, m.moe_intermediate_size) == (128, 8, 704)
+    assert m.intermediate_size == 2112 and m.first_dense_layers == 0 and m.moe_layers == 6
+    hidden, layers = 2816, 6
+    attention = (5 * (2 * hidden * 16 * 256 + 2 * hidden * 8 * 256)
+                 + (2 * hidden * 16 * 512 + 2 * hidden * 2 * 512))
+    dense_mlp = 3 * hidden * 2112 * layers  # every layer, beside the experts
+    experts = 3 * hidden * 704 * 128 * layers
+    router = 128 * hidden * layers
+    embed = 262144 * hidden  # tied: no separate LM head
+    total = attention + dense_mlp + experts + router + embed
+    assert m.total_params_b == pytest.approx(total / 1e9, abs=1e-3)
+    assert m.active_params_b == pytest.approx(
+        (total - embed - experts * (1 - 8 / 128)) / 1e9, abs=1e-3)
+    # A dense Gemma 4 (31B's shape: no experts) keeps its MLP on every layer.
+    dense = read_model_config(_write(tmp_path, _gemma4_text_config(
+        num_experts=None, top_k_experts=None, enable_moe_block=False, intermediate_size=21504)))
+    assert dense.num_experts == 0 and dense.intermediate_size == 21504
+
+
+@pytest.mark.parametrize("field", ["num_kv_shared_layers", "hidden_size_per_layer_input"])
+def test_gemmas_shared_kv_layers_and_per_layer_inputs_are_refused_not_misread(
+        tmp_path: Path, field: str) -> None:
+    path = _write(tmp_path, _gemma4_text_config(**{field: 20}))
+    with pytest.raises(ConfigError, match=f"{field}: KV-shared layers") as err:
+        read_model_config(path)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
+                    reason="the aiconfigurator extra is not installed")
+@pytest.mark.parametrize("hf_id, full_kv_heads, experts", [("google/gemma-4-26B-A4B", 2, 128),
+                                                           ("nvidia/Gemma-4-31B-IT-NVFP4", 4, 0)])
+def test_the_bundled_gemma4_configs_are_read(hf_id: str, full_kv_heads: int, experts: int) -> None:
+    m = catalogue.model(hf_id)  # the package's copies of the published config.json files
+    assert (m.full_attention_kv_heads, m.full_attention_head_dim) == (full_kv_heads, 512)
+    assert m.num_experts == experts and m.sliding_window == 1024

@@ -3,7 +3,8 @@
 Three layouts:
 - standard (GQA/MHA): K and V per KV head per layer; the heads are split over tensor-parallel
   ranks (and replicated once there are more ranks than KV heads); sliding-window layers
-  (gpt-oss) hold a fixed window per sequence;
+  (gpt-oss, Gemma 4) hold a fixed window per sequence, and full-attention layers may have KV
+  heads and a head width of their own (Gemma 4);
 - MLA (DeepSeek-V3): one latent of kv_lora_rank + rope dims per layer, replicated on every rank;
 - DeepSeek-V4 hybrid: every layer keeps a raw sliding window of `sliding_window` entries (a
   fixed cost per sequence); CSA layers (ratio 4) add one compressed entry per 4 tokens plus an
@@ -46,16 +47,22 @@ def kv_layout(model: Model, kv_cache_dtype: str, tensor_parallel_size: int,
     tp, layers = tensor_parallel_size, model.num_layers
     heads_gpu = max(1.0, model.num_heads / tp, float(min_q_heads))
     if model.attention == GQA:
-        kv_heads_gpu = max(1.0, model.num_kv_heads / tp)
-        per_layer = 2 * kv_heads_gpu * model.head_dim * elem
-        # Sliding-window layers (gpt-oss) keep and read only their window: a fixed cost per
-        # sequence, as vLLM's SlidingWindowManager frees the blocks behind it
+        def per_layer(kv_heads: int, head_dim: int) -> float:  # K and V, this GPU's share
+            return 2 * max(1.0, kv_heads / tp) * head_dim * elem
+
+        # Sliding-window layers (gpt-oss, Gemma 4) keep and read only their window: a fixed
+        # cost per sequence, as vLLM's SlidingWindowManager frees the blocks behind it
         # (vllm/v1/core/single_type_kv_cache_manager.py). Their attention FLOPs (at most
         # `window` pairs per query) are left out; the full layers' grow with the context.
+        # Gemma 4's full layers have their own KV heads and head width
+        # (vllm/model_executor/models/gemma4.py, Gemma4DecoderLayer.__init__).
         full = layers - model.sliding_window_layers
-        window = model.sliding_window * per_layer * model.sliding_window_layers
-        per_token = per_layer * full
-        flops = 4 * heads_gpu * model.head_dim * full  # QK^T and PV, 2 FLOPs per MAC
+        full_head_dim = model.full_attention_head_dim or model.head_dim
+        window = (model.sliding_window * per_layer(model.num_kv_heads, model.head_dim)
+                  * model.sliding_window_layers)
+        per_token = per_layer(model.full_attention_kv_heads or model.num_kv_heads,
+                              full_head_dim) * full
+        flops = 4 * heads_gpu * full_head_dim * full  # QK^T and PV, 2 FLOPs per MAC
         return KVLayout(per_token, window, per_token, window, flops, float("inf"))
     if model.attention == MLA:
         per_token = (model.kv_lora_rank + model.qk_rope_head_dim) * elem * layers
