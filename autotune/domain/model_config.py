@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.domain.specs import GQA, MLA, QUANT_FORMATS, Model
+from autotune.domain.specs import GQA, MLA, QUANT_FORMATS, GatedDeltaNet, Model
 from autotune.errors import ConfigError
 
 # A representative module name per part of a decoder layer, as checkpoints name them; the
@@ -64,27 +64,49 @@ def read_model_config(path: Path, name: str | None = None, hf_id: str = "",
                           "use the catalogue entries DeepSeek-V4-Flash or DeepSeek-V4-Pro")
     _refuse_hybrid(arch, where)
     _refuse_layer_sharing(arch, where)
+    _refuse_per_layer_blocks(arch, where)
     quant = _quant(qcfg, where)
     return _model(arch, quant, where, name or _default_name(path), hf_id)
 
 
 # Fields of layer kinds the simulator has no model for: Mamba/SSM layers (Nemotron-H), linear
-# attention (Qwen3.5's gated delta net, Kimi-K3), per-layer hybrid patterns.
+# attention other than the gated delta net (Kimi-K3's), per-layer hybrid patterns.
 _HYBRID_PREFIXES = ("mamba_", "linear_", "ssm_", "hybrid_", "layers_block_type",
                     "full_attention_interval")
 _KNOWN_LAYER_TYPES = {"full_attention", "sliding_attention"}
+# The gated delta net's fields (Qwen3.5, Qwen3-Next), which the reader does model.
+_GDN_FIELDS = {"linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+               "linear_value_head_dim", "linear_conv_kernel_dim", "full_attention_interval",
+               "mamba_ssm_dtype"}
+
+
+def _is_gated_delta_net(cfg: dict[str, Any]) -> bool:
+    return "linear_num_value_heads" in cfg and not cfg.get("linear_attn_config")
 
 
 def _refuse_hybrid(cfg: dict[str, Any], where: str) -> None:
-    """ConfigError for a config whose layers are not all (sliding-window) attention: read as
-    plain attention it would be modelled wrong without a word."""
-    odd = sorted(k for k in cfg if k.startswith(_HYBRID_PREFIXES))
+    """ConfigError for a config whose layers are not all (sliding-window) attention or gated
+    delta nets: read as plain attention it would be modelled wrong without a word."""
+    gdn = _is_gated_delta_net(cfg)
+    odd = sorted(k for k in cfg if k.startswith(_HYBRID_PREFIXES)
+                 and not (gdn and k in _GDN_FIELDS))
+    known = _KNOWN_LAYER_TYPES | ({"linear_attention"} if gdn else set())
     odd += [f"layer_types {t!r}" for t in sorted(set(cfg.get("layer_types") or []))
-            if t not in _KNOWN_LAYER_TYPES]
+            if t not in known]
     if odd:
-        raise ConfigError(f"{where}: {', '.join(odd[:3])}: layers other than attention (Mamba, "
-                          "linear attention) are not modelled; choose a catalogue model or a "
-                          "transformer-only config")
+        raise ConfigError(f"{where}: {', '.join(odd[:3])}: layers other than attention and "
+                          "gated delta nets (Mamba, other linear attention) are not modelled; "
+                          "choose a catalogue model or a transformer-only config")
+
+
+def _refuse_per_layer_blocks(cfg: dict[str, Any], where: str) -> None:
+    """ConfigError for a NAS-derived config whose layers each have an architecture of their own
+    (Llama-Nemotron Super's block_configs, vLLM's DeciLM), which the reader does not model:
+    without it the message would be a missing intermediate_size."""
+    if cfg.get("block_configs"):
+        raise ConfigError(f"{where}: block_configs: layers with architectures of their own (a "
+                          "NAS-derived model) are not modelled; choose a catalogue model or a "
+                          "config whose layers are all alike")
 
 
 def _refuse_layer_sharing(cfg: dict[str, Any], where: str) -> None:
@@ -96,6 +118,45 @@ def _refuse_layer_sharing(cfg: dict[str, Any], where: str) -> None:
         raise ConfigError(f"{where}: {', '.join(odd)}: KV-shared layers and per-layer input "
                           "embeddings are not modelled; choose a catalogue model or a config "
                           "without them")
+
+
+# Bytes per element of a recurrent state dtype (mamba_ssm_dtype); absent: the model's (bf16).
+_STATE_DTYPE_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
+
+
+def _gated_delta_net(cfg: dict[str, Any], layers: int, where: str) -> GatedDeltaNet:
+    """The linear-attention layers of a Qwen3.5 / Qwen3-Next config: those layer_types names
+    linear_attention, or where there is no layer_types every layer but each
+    full_attention_interval-th (Qwen3NextConfig's layout). Their recurrent state is stored in
+    mamba_ssm_dtype where the config gives one (vllm/model_executor/models/config.py,
+    Qwen3_5ForConditionalGenerationConfig), else in the model's dtype."""
+    types = cfg.get("layer_types")
+    if types:
+        linear = sum(1 for t in types if t == "linear_attention")
+    else:
+        interval = _need(cfg, "full_attention_interval", where)
+        linear = layers - layers // interval
+    dtype = str(cfg.get("mamba_ssm_dtype") or "bfloat16")
+    if dtype not in _STATE_DTYPE_BYTES:
+        raise ConfigError(f"{where}: mamba_ssm_dtype {dtype!r} is not one of "
+                          f"{', '.join(_STATE_DTYPE_BYTES)}")
+    return GatedDeltaNet(linear, _need(cfg, "linear_num_key_heads", where),
+                         _need(cfg, "linear_num_value_heads", where),
+                         _need(cfg, "linear_key_head_dim", where),
+                         _need(cfg, "linear_value_head_dim", where),
+                         _need(cfg, "linear_conv_kernel_dim", where),
+                         recurrent_bytes=_STATE_DTYPE_BYTES[dtype])
+
+
+def _gdn_params(gdn: GatedDeltaNet | None, hidden: int) -> int:
+    """One gated-delta-net layer's weights (vllm/model_executor/layers/mamba/gdn_linear_attn.py,
+    GatedDeltaNetAttention): in_proj_qkvz (q, k, v and the output gate z), in_proj_ba (a beta and
+    a decay per value head), the causal convolution over q, k and v, and out_proj."""
+    if gdn is None:
+        return 0
+    conv_dim = 2 * gdn.key_dim + gdn.value_dim
+    return (hidden * (2 * gdn.key_dim + 2 * gdn.value_dim) + hidden * 2 * gdn.num_value_heads
+            + conv_dim * gdn.conv_kernel + gdn.value_dim * hidden)
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -238,6 +299,13 @@ def _model(cfg: dict[str, Any], quant: _Quant, where: str, name: str, hf_id: str
         moe_width = int(_first(cfg, "moe_intermediate_size", "expert_intermediate_size")
                         or _need(cfg, "intermediate_size", where))
         shared = int(cfg.get("n_shared_experts") or 0)
+        # Qwen3.5-MoE's one shared expert, of its own width (shared_expert_intermediate_size).
+        if cfg.get("shared_expert_intermediate_size"):
+            shared_width = int(cfg["shared_expert_intermediate_size"])
+            if shared_width % moe_width:
+                raise ConfigError(f"{where}: a shared expert {shared_width} wide beside experts "
+                                  f"{moe_width} wide is not modelled")
+            shared = shared_width // moe_width
         # DeepSeek's first_k_dense_replace; Qwen3-MoE's mlp_only_layers (taken as leading).
         first_dense = int(cfg.get("first_k_dense_replace") or len(cfg.get("mlp_only_layers") or []))
     dense_layers = layers if not experts or mlp_beside_experts else first_dense
@@ -257,10 +325,12 @@ def _model(cfg: dict[str, Any], quant: _Quant, where: str, name: str, hf_id: str
         kv_heads = int(cfg.get("num_key_value_heads") or heads)
         head_dim = int(cfg.get("head_dim") or hidden // heads)
 
-    # gpt-oss, Gemma 4: layer_types names each layer; sliding layers attend to sliding_window
-    # tokens. (gpt-oss's per-head attention sinks are one learned logit per head: no KV, no
-    # weights to count.)
+    # gpt-oss, Gemma 4, Qwen3.5: layer_types names each layer; sliding layers attend to
+    # sliding_window tokens. (gpt-oss's per-head attention sinks are one learned logit per head:
+    # no KV, no weights to count.)
     layer_types = cfg.get("layer_types") or []
+    gdn = _gated_delta_net(cfg, layers, where) if _is_gated_delta_net(cfg) else None
+    linear_layers = gdn.layers if gdn else 0
     window_layers = sum(1 for t in layer_types if t == "sliding_attention")
     window = int(cfg.get("sliding_window") or 0) if window_layers else 0
     # Gemma 4's full-attention layers: head width global_head_dim, and with attention_k_eq_v
@@ -270,13 +340,17 @@ def _model(cfg: dict[str, Any], quant: _Quant, where: str, name: str, hf_id: str
     full_kv_heads = (int(cfg.get("num_global_key_value_heads") or 0)
                      if layer_types and cfg.get("attention_k_eq_v") else 0)
     if not mla:
-        def attn_per_layer(kv: int, dim: int) -> int:  # q, k, v and o projections
-            return 2 * hidden * heads * dim + 2 * hidden * kv * dim
+        # Qwen3.5's and Qwen3-Next's attn_output_gate: q_proj also gives a gate per head
+        # (vllm/model_executor/models/qwen3_next.py, Qwen3NextAttention).
+        q_width = 2 if cfg.get("attn_output_gate") else 1
 
-        full_layers = layers - window_layers
+        def attn_per_layer(kv: int, dim: int) -> int:  # q, k, v and o projections
+            return (q_width + 1) * hidden * heads * dim + 2 * hidden * kv * dim
+
+        full_layers = layers - window_layers - linear_layers
         attn = (attn_per_layer(kv_heads, head_dim) * window_layers
                 + attn_per_layer(full_kv_heads or kv_heads, full_head_dim or head_dim)
-                * full_layers) / layers
+                * full_layers + _gdn_params(gdn, hidden) * linear_layers) / layers
 
     embed = vocab * hidden
     lm_head = 0 if cfg.get("tie_word_embeddings") else vocab * hidden
@@ -308,6 +382,10 @@ def _model(cfg: dict[str, Any], quant: _Quant, where: str, name: str, hf_id: str
               + (f", {window_layers} sliding-window layers of {window}" if window_layers else "")
               + (f", full-attention layers {full_kv_heads or kv_heads} KV heads of dim "
                  f"{full_head_dim or head_dim}" if full_kv_heads or full_head_dim else "")
+              + (f", {linear_layers} gated-delta-net layers ({gdn.num_key_heads} key and "
+                 f"{gdn.num_value_heads} value heads of {gdn.key_head_dim} / "
+                 f"{gdn.value_head_dim}, recurrent state {gdn.recurrent_bytes:g} B per element)"
+                 if gdn else "")
               + (f"; {experts} routed experts + {shared} shared, {per_token} per token, width "
                  f"{moe_width}, first {first_dense} layers dense"
                  + (f", a dense MLP {dense_width} beside them" if mlp_beside_experts else "")
@@ -327,6 +405,7 @@ def _model(cfg: dict[str, Any], quant: _Quant, where: str, name: str, hf_id: str
                  v_head_dim=int(cfg.get("v_head_dim") or 0) if mla else 0,
                  sliding_window=window, sliding_window_layers=window_layers,
                  full_attention_kv_heads=full_kv_heads, full_attention_head_dim=full_head_dim,
+                 linear_attention=gdn,
                  num_experts=experts, experts_per_token=per_token, moe_intermediate_size=moe_width,
                  num_shared_experts=shared, first_dense_layers=first_dense, mtp=mtp,
                  dense_quant=dense_quant, expert_quant=expert_quant,

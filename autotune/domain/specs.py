@@ -37,6 +37,41 @@ QUANT_FORMATS: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "f
 
 
 @dataclass(frozen=True)
+class GatedDeltaNet:
+    """The linear-attention layers of a hybrid model (Qwen3.5's and Qwen3-Next's gated delta
+    net): each keeps a fixed state per sequence, a causal-convolution window and a recurrent
+    state, instead of a KV cache (vllm/model_executor/layers/mamba/mamba_utils.py,
+    MambaStateShapeCalculator.gated_delta_net_state_shape)."""
+
+    layers: int
+    num_key_heads: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int
+    # Bytes per element: the convolution window in the model's dtype (mamba_cache_dtype
+    # "auto"), the recurrent state in mamba_ssm_dtype (float32 in Qwen3.5's configs).
+    conv_bytes: float = 2.0
+    recurrent_bytes: float = 2.0
+
+    @property
+    def key_dim(self) -> int:
+        return self.num_key_heads * self.key_head_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.num_value_heads * self.value_head_dim
+
+    def state_bytes(self, tensor_parallel_size: int) -> float:
+        """One layer's state of one sequence on one of `tensor_parallel_size` ranks."""
+        conv_dim = 2 * self.key_dim + self.value_dim  # q, k and v go through the convolution
+        conv = conv_dim / tensor_parallel_size * (self.conv_kernel - 1) * self.conv_bytes
+        recurrent = (self.num_value_heads / tensor_parallel_size * self.value_head_dim
+                     * self.key_head_dim * self.recurrent_bytes)
+        return conv + recurrent
+
+
+@dataclass(frozen=True)
 class Model:
     name: str
     total_params_b: float  # billions, model card
@@ -70,6 +105,8 @@ class Model:
     # 0 = the same as every layer's (num_kv_heads, head_dim).
     full_attention_kv_heads: int = 0
     full_attention_head_dim: int = 0
+    # Hybrid models: the layers that are linear attention, not attention (None: there are none).
+    linear_attention: GatedDeltaNet | None = None
     index_head_dim: int = 0
     index_topk: int = 0
     # Mixture of experts: routed experts per MoE layer (0 = dense model), how many a token

@@ -246,3 +246,75 @@ def test_the_bundled_gemma4_configs_are_read(hf_id: str, full_kv_heads: int, exp
     m = catalogue.model(hf_id)  # the package's copies of the published config.json files
     assert (m.full_attention_kv_heads, m.full_attention_head_dim) == (full_kv_heads, 512)
     assert m.num_experts == experts and m.sliding_window == 1024
+
+
+def _qwen35_text_config(**changes: object) -> dict[str, object]:
+    """A Qwen3.5 config.json in the published shape (Qwen/Qwen3.5-27B's text_config, layers cut
+    to 8): three gated-delta-net layers to one full-attention layer."""
+    text = {"model_type": "qwen3_5_text", "num_hidden_layers": 8, "hidden_size": 5120,
+            "num_attention_heads": 24, "num_key_value_heads": 4, "head_dim": 256,
+            "attn_output_gate": True, "intermediate_size": 17408,
+            "layer_types": ["linear_attention"] * 3 + ["full_attention"]
+            + ["linear_attention"] * 3 + ["full_attention"],
+            "full_attention_interval": 4, "linear_num_key_heads": 16,
+            "linear_num_value_heads": 48, "linear_key_head_dim": 128,
+            "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+            "mamba_ssm_dtype": "float32", "vocab_size": 248320,
+            "max_position_embeddings": 262144, "tie_word_embeddings": False, **changes}
+    return {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
+            "text_config": text}
+
+
+def test_qwen35_gated_delta_net_layers_are_read_as_vllm_builds_them(tmp_path: Path) -> None:
+    m = read_model_config(_write(tmp_path, _qwen35_text_config()))
+    gdn = m.linear_attention
+    assert gdn is not None and gdn.layers == 6
+    assert (gdn.num_key_heads, gdn.num_value_heads, gdn.key_head_dim, gdn.value_head_dim,
+            gdn.conv_kernel) == (16, 48, 128, 128, 4)
+    assert gdn.recurrent_bytes == 4.0  # mamba_ssm_dtype float32
+    hidden, key_dim, value_dim = 5120, 16 * 128, 48 * 128
+    # vllm/model_executor/layers/mamba/gdn_linear_attn.py: in_proj_qkvz, in_proj_ba, conv1d, out_proj
+    gdn_layer = (hidden * (2 * key_dim + 2 * value_dim) + hidden * 2 * 48
+                 + (2 * key_dim + value_dim) * 4 + value_dim * hidden)
+    # Qwen3NextAttention: q_proj gives the query and its output gate.
+    attention_layer = 3 * hidden * 24 * 256 + 2 * hidden * 4 * 256
+    total = (6 * gdn_layer + 2 * attention_layer + 8 * 3 * hidden * 17408
+             + 2 * 248320 * hidden)
+    assert m.total_params_b == pytest.approx(total / 1e9, abs=1e-3)
+    # Without layer_types, every full_attention_interval-th layer is attention (Qwen3-Next).
+    text = _qwen35_text_config()["text_config"]
+    del text["layer_types"], text["mamba_ssm_dtype"]
+    plain = read_model_config(_write(tmp_path, text))
+    assert plain.linear_attention is not None and plain.linear_attention.layers == 6
+    assert plain.linear_attention.recurrent_bytes == 2.0  # the model's dtype
+
+
+@pytest.mark.parametrize("changes, fragment", [
+    ({"linear_attn_config": {"kda_layers": [1, 2]}}, "linear_attn_config"),  # Kimi's KDA
+    ({"mamba_num_heads": 64}, "mamba_num_heads"),
+    ({"linear_num_key_heads": None}, "'linear_num_key_heads' is missing"),
+    ({"mamba_ssm_dtype": "float8"}, "mamba_ssm_dtype 'float8'"),
+])
+def test_other_hybrid_layers_are_still_refused(tmp_path: Path, changes: dict[str, object],
+                                               fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        read_model_config(_write(tmp_path, _qwen35_text_config(**changes)))
+
+
+def test_a_nas_config_with_per_layer_blocks_is_refused_by_name(tmp_path: Path) -> None:
+    cfg = json.loads((VENDORED / "meta-llama--Llama-3.1-70B_config.json").read_text())
+    cfg.update(intermediate_size=None, block_configs=[{"attention": {"no_op": True}}])
+    with pytest.raises(ConfigError, match="block_configs: layers with architectures of their own"):
+        read_model_config(_write(tmp_path, cfg))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
+                    reason="the aiconfigurator extra is not installed")
+@pytest.mark.parametrize("hf_id, total_b, active_b", [
+    ("Qwen/Qwen3.5-27B", 27, 27), ("Qwen/Qwen3.5-35B-A3B", 35, 3),
+    ("Qwen/Qwen3.5-122B-A10B", 122, 10), ("Qwen/Qwen3.5-397B-A17B", 397, 17)])
+def test_the_bundled_qwen35_configs_derive_the_sizes_their_names_give(
+        hf_id: str, total_b: float, active_b: float) -> None:
+    m = catalogue.model(hf_id)
+    assert m.total_params_b == pytest.approx(total_b, rel=0.03)
+    assert m.active_params_b == pytest.approx(active_b, rel=0.12)  # the names round

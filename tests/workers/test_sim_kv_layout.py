@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import numpy as np
 import pytest
 
 from autotune.domain.catalogue import MODELS, model
-from autotune.errors import ConfigError
-from autotune.workers.sim.kv_layout import kv_layout
+from autotune.domain.deployment import DeploymentSpec
+from autotune.errors import ConfigError, EngineStartError
+from autotune.search.baselines import vllm_defaults
+from autotune.workers.sim.engine import replay_closed_loop, start_perf
+from autotune.workers.sim.kv_layout import hybrid_block_size, kv_layout
+from autotune.workers.sim.profile import BUNDLED, load_profile
+from autotune.workers.sim.shape import engine_shape
+from tests.autotune.test_model_config import _qwen35_text_config
+
+BUNDLED_GPU = load_profile(BUNDLED / "gpu.yaml")
 
 
 @pytest.mark.parametrize("tp, per_token", [
@@ -52,3 +64,48 @@ def test_every_catalogue_model_names_its_source_and_has_a_layout() -> None:
 def test_an_unknown_cache_dtype_is_refused() -> None:
     with pytest.raises(ConfigError, match="kv_cache_dtype"):
         kv_layout(model("Llama-3.1-8B"), "fp3", 1)
+
+
+def _qwen35_27b(tmp_path: Path, **changes: object) -> str:
+    """Qwen/Qwen3.5-27B's text architecture (64 layers: 48 gated-delta-net, 16 attention)."""
+    text = _qwen35_text_config(num_hidden_layers=64, **changes)["text_config"]
+    text["layer_types"] = (["linear_attention"] * 3 + ["full_attention"]) * 16
+    path = tmp_path / ("-".join(f"{k}{v}" for k, v in changes.items()) or "qwen35") / "config.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(text))
+    return str(path)
+
+
+def test_linear_attention_layers_hold_a_state_and_raise_the_block_size(tmp_path: Path) -> None:
+    qwen = model(_qwen35_27b(tmp_path))
+    layout = kv_layout(qwen, "auto", 1)
+    # MambaStateShapeCalculator.gated_delta_net_state_shape: a (2 x 16 x 128 + 48 x 128) x 3
+    # convolution window in bf16 and a 48 x 128 x 128 recurrent state in float32, per layer.
+    state = (2 * 16 * 128 + 48 * 128) * 3 * 2 + 48 * 128 * 128 * 4  # 3,207,168 B
+    attention_token = 2 * 4 * 256 * 2  # K and V of one attention layer, one token, bf16
+    assert layout.bytes_per_token == 16 * attention_token
+    assert layout.fixed_bytes_per_seq == 48 * state
+    assert layout.read_fixed_bytes_per_seq == 2 * 48 * state  # read and written back
+    # Platform._align_hybrid_block_size: the smallest multiple of the block size whose page
+    # holds one layer's state: 64 x ceil(3,207,168 / (64 x 4,096)) = 832 tokens.
+    assert hybrid_block_size(64, layout) == 832
+    assert hybrid_block_size(128, layout) == 896  # 128 x 7
+    assert hybrid_block_size(64, kv_layout(qwen, "fp8", 1)) == 1600  # half the KV page: 64 x 25
+    assert hybrid_block_size(64, kv_layout(model("Llama-3.1-8B"), "auto", 1)) == 64
+
+
+def test_the_simulated_engine_runs_a_hybrid_model_at_vllms_block_size(tmp_path: Path) -> None:
+    dep = DeploymentSpec.build(name="q", model=_qwen35_27b(tmp_path), gpu="H200", gpu_count=1,
+                               tensor_parallel_size=1, max_model_len=16384)
+    perf = start_perf(engine_shape(vllm_defaults(dep), dep), dep, BUNDLED_GPU)
+    assert perf.shape.block_size == 64 and perf.block_size == 832
+    # A sequence's three state pages (48 layers' states in groups of the 16 attention layers).
+    assert perf.fixed_blocks_per_seq == 3
+    result = replay_closed_loop(perf, np.full(8, 1000), np.full(8, 50), 4, seed=0)
+    assert not result.failed.any() and result.engine_stats["kv_block_tokens"] == 832
+    # 36 value heads do not split over 8 ranks (the attention heads do).
+    odd = DeploymentSpec.build(name="q8", model=_qwen35_27b(tmp_path, linear_num_value_heads=36),
+                               gpu="H200", gpu_count=8, tensor_parallel_size=8,
+                               max_model_len=16384)
+    with pytest.raises(EngineStartError, match="do not split over tensor_parallel_size 8"):
+        start_perf(engine_shape(vllm_defaults(odd), odd), odd, BUNDLED_GPU)

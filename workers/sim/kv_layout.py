@@ -4,7 +4,8 @@ Three layouts:
 - standard (GQA/MHA): K and V per KV head per layer; the heads are split over tensor-parallel
   ranks (and replicated once there are more ranks than KV heads); sliding-window layers
   (gpt-oss, Gemma 4) hold a fixed window per sequence, and full-attention layers may have KV
-  heads and a head width of their own (Gemma 4);
+  heads and a head width of their own (Gemma 4); linear-attention layers of a hybrid model
+  (Qwen3.5's gated delta net) hold a fixed state per sequence, read and written each decode step;
 - MLA (DeepSeek-V3): one latent of kv_lora_rank + rope dims per layer, replicated on every rank;
 - DeepSeek-V4 hybrid: every layer keeps a raw sliding window of `sliding_window` entries (a
   fixed cost per sequence); CSA layers (ratio 4) add one compressed entry per 4 tokens plus an
@@ -15,6 +16,7 @@ An fp8 cache stores one byte per element instead of two.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from autotune.domain.catalogue import DSV4, GQA, MLA, Model
@@ -33,6 +35,24 @@ class KVLayout:
     # FLOPs of attention per (query token, attended context token), this GPU, all layers.
     attn_flops_per_pair: float
     attended_cap_tokens: float  # a query attends to at most this many tokens (inf: all)
+    # Hybrid models: one linear-attention layer's state of one sequence, and one full-attention
+    # layer's KV of one token, this GPU (what vLLM aligns the block size on; 0 if not hybrid).
+    state_bytes_per_layer: float = 0.0
+    attn_bytes_per_token_layer: float = 0.0
+
+
+def hybrid_block_size(block_size: int, layout: KVLayout) -> int:
+    """The block size vLLM runs a hybrid model with: the smallest multiple of the asked
+    block size whose attention page (one layer's KV of a block) holds one layer's linear-
+    attention state, the state's page then padded to it
+    (vllm/platforms/interface.py, Platform._align_hybrid_block_size, where the mamba cache
+    mode is not "all", which Qwen3.5 refuses: qwen3_5.py, Qwen3_5ForCausalLMBase). Qwen3.5-27B
+    at TP1 and block size 64: 3.2 MB of state against 4 KB of KV per token, 832 tokens.
+    Unchanged for a model without such layers."""
+    if not layout.state_bytes_per_layer:
+        return block_size
+    page = block_size * layout.attn_bytes_per_token_layer
+    return block_size * max(1, math.ceil(layout.state_bytes_per_layer / page))
 
 
 def kv_layout(model: Model, kv_cache_dtype: str, tensor_parallel_size: int,
@@ -56,14 +76,21 @@ def kv_layout(model: Model, kv_cache_dtype: str, tensor_parallel_size: int,
         # `window` pairs per query) are left out; the full layers' grow with the context.
         # Gemma 4's full layers have their own KV heads and head width
         # (vllm/model_executor/models/gemma4.py, Gemma4DecoderLayer.__init__).
-        full = layers - model.sliding_window_layers
+        # Linear-attention layers (Qwen3.5) hold a fixed state per sequence, which a decode
+        # step reads and writes back.
+        gdn = model.linear_attention
+        linear = gdn.layers if gdn else 0
+        state = gdn.state_bytes(tp) if gdn else 0.0
+        full = layers - model.sliding_window_layers - linear
         full_head_dim = model.full_attention_head_dim or model.head_dim
         window = (model.sliding_window * per_layer(model.num_kv_heads, model.head_dim)
                   * model.sliding_window_layers)
-        per_token = per_layer(model.full_attention_kv_heads or model.num_kv_heads,
-                              full_head_dim) * full
+        full_layer = per_layer(model.full_attention_kv_heads or model.num_kv_heads, full_head_dim)
+        per_token = full_layer * full
         flops = 4 * heads_gpu * full_head_dim * full  # QK^T and PV, 2 FLOPs per MAC
-        return KVLayout(per_token, window, per_token, window, flops, float("inf"))
+        return KVLayout(per_token, window + linear * state, per_token,
+                        window + 2 * linear * state, flops, float("inf"),
+                        state, full_layer if gdn else 0.0)
     if model.attention == MLA:
         per_token = (model.kv_lora_rank + model.qk_rope_head_dim) * elem * layers
         flops = 2 * heads_gpu * (model.head_dim + model.v_head_dim) * layers
