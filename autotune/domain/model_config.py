@@ -26,11 +26,14 @@ from typing import Any
 from autotune.domain.specs import GQA, MLA, QUANT_FORMATS, GatedDeltaNet, Model
 from autotune.errors import ConfigError
 
-# A representative module name per part of a decoder layer, as checkpoints name them; the
-# exclusion lists (`ignore`, `modules_to_not_convert`, `exclude_modules`) are matched on these.
-_MODULES = {"attention": "model.layers.0.self_attn.o_proj", "mlp": "model.layers.0.mlp.down_proj",
-            "shared": "model.layers.0.mlp.shared_experts.down_proj",
-            "experts": "model.layers.0.mlp.experts.0.down_proj"}
+# A representative module per part of a decoder layer, as checkpoints name them under a layer's
+# prefix; the exclusion lists (`ignore`, `modules_to_not_convert`, `exclude_modules`) are matched
+# on these, layer by layer, under each prefix checkpoints use (multimodal ones nest the language
+# model: Qwen3.5 model.language_model, Kimi-K2.5 language_model.model).
+_MODULES = {"attention": "self_attn.o_proj", "linear_attention": "linear_attn.out_proj",
+            "mlp": "mlp.down_proj", "shared": "mlp.shared_experts.down_proj",
+            "experts": "mlp.experts.0.down_proj"}
+_LAYER_PREFIXES = ("model.layers", "model.language_model.layers", "language_model.model.layers")
 
 
 @dataclass(frozen=True)
@@ -268,10 +271,15 @@ def _excluded(module: str, patterns: tuple[str, ...]) -> bool:
     return False
 
 
-def _quant_of(part: str, quant: _Quant) -> str:
-    if quant.name == "bf16" or (quant.experts_only and part != "experts"):
+def _quant_of(part: str, quant: _Quant, modules: list[str]) -> str:
+    """The format a part is served in: the checkpoint's, unless the exclusion list leaves it
+    unquantised in most layers (`modules`: the part's module in each layer that has it; lists
+    that name layers one by one, or keep the first layers whole, are read as the bulk is)."""
+    if quant.name == "bf16" or (quant.experts_only and part != "experts") or not modules:
         return "bf16"
-    return "bf16" if _excluded(_MODULES[part], quant.excluded) else quant.name
+    excluded = sum(any(_excluded(f"{prefix}.{module}", quant.excluded)
+                       for prefix in _LAYER_PREFIXES) for module in modules)
+    return "bf16" if excluded * 2 > len(modules) else quant.name
 
 
 def _model(cfg: dict[str, Any], quant: _Quant, where: str, name: str, hf_id: str) -> Model:
@@ -362,7 +370,16 @@ def _model(cfg: dict[str, Any], quant: _Quant, where: str, name: str, hf_id: str
     total = sum(parts.values()) + embed + lm_head
     active = total - embed - (parts["experts"] * (1 - per_token / experts) if experts else 0.0)
 
-    formats = {part: _quant_of(part, quant) for part in ("attention", "mlp", "shared", "experts")}
+    kinds = layer_types or ["full_attention"] * layers
+    modules = {
+        "attention": [f"{i}.{_MODULES['linear_attention' if t == 'linear_attention' else 'attention']}"
+                      for i, t in enumerate(kinds)],
+        "mlp": [f"{i}.{_MODULES['mlp']}" for i in range(dense_layers)],
+        "shared": [f"{i}.{_MODULES['shared']}" for i in range(first_dense, layers)] if shared else [],
+        # Gemma 4's experts sit beside its MLP, not under it (Gemma4DecoderLayer.moe).
+        "experts": [f"{i}.{'moe.experts.0.down_proj' if mlp_beside_experts else _MODULES['experts']}"
+                    for i in range(first_dense, layers)] if experts else []}
+    formats = {part: _quant_of(part, quant, modules[part]) for part in modules}
     part_bytes = {p: quant.bytes_per_param if formats[p] != "bf16" else 2.0 for p in formats}
     # Embeddings, the LM head and routers stay bf16 (vLLM's Fp8Config and the others quantise
     # linear layers; the exclusion lists name lm_head and the routers).

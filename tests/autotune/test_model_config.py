@@ -318,3 +318,34 @@ def test_the_bundled_qwen35_configs_derive_the_sizes_their_names_give(
     m = catalogue.model(hf_id)
     assert m.total_params_b == pytest.approx(total_b, rel=0.03)
     assert m.active_params_b == pytest.approx(active_b, rel=0.12)  # the names round
+
+
+@pytest.mark.parametrize("excluded, dense, experts", [
+    (["lm_head", "model.layers.0*"], "nvfp4", "nvfp4"),  # the first layer kept whole: the bulk is FP4
+    ([f"model.language_model.layers.{i}.self_attn*" for i in range(8)], "bf16", "nvfp4"),
+    (["*.mlp.experts*"], "nvfp4", "bf16"),
+])
+def test_exclusion_lists_are_read_as_most_layers_have_them(
+        tmp_path: Path, excluded: list[str], dense: str, experts: str) -> None:
+    # A Qwen3-MoE-shaped model, 8 layers, its attention the largest dense part.
+    cfg = {"architectures": ["Qwen3MoeForCausalLM"], "num_hidden_layers": 8, "hidden_size": 4096,
+           "num_attention_heads": 64, "num_key_value_heads": 4, "head_dim": 128,
+           "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 1536,
+           "intermediate_size": 12288, "vocab_size": 151936, "max_position_embeddings": 40960}
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps({"quantization": {
+        "quant_algo": "NVFP4", "group_size": 16, "exclude_modules": excluded}}))
+    m = read_model_config(_write(tmp_path, cfg))
+    assert (m.dense_quant, m.expert_quant) == (dense, experts)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
+                    reason="the aiconfigurator extra is not installed")
+@pytest.mark.parametrize("hf_id, dense, experts", [
+    ("nvidia/GLM-5.1-NVFP4", "bf16", "nvfp4"),  # excludes all of layers 0 and 1 only
+    ("nvidia/Gemma-4-26B-A4B-NVFP4", "bf16", "nvfp4"),  # MLP, router, attention per layer
+    ("nvidia/Qwen3.5-397B-A17B-NVFP4", "bf16", "nvfp4"),  # linear_attn and self_attn per layer
+    ("nvidia/Kimi-K2.5-NVFP4", "bf16", "nvfp4"),  # self_attn per layer, language_model.model.
+])
+def test_the_bundled_nvfp4_exports_exclusion_lists(hf_id: str, dense: str, experts: str) -> None:
+    m = catalogue.model(hf_id)
+    assert (m.dense_quant, m.expert_quant) == (dense, experts)
