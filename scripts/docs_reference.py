@@ -243,6 +243,9 @@ FACTS = {
                    '`"fp8_block"` or `"fp4"`',
     "expert_quant": 'weight format of the routed experts: `"bf16"`, `"fp8_block"` or `"fp4"`',
     "quant_block": "the block of a block-wise quantisation (128; 0: none)",
+    "model_is_hybrid": "whether some layers are gated delta nets (Qwen3.5) rather than attention",
+    "linear_num_key_heads": "key heads of a gated-delta-net layer (0: none)",
+    "linear_num_value_heads": "value heads of a gated-delta-net layer (0: none)",
 }
 
 

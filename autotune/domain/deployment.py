@@ -75,14 +75,19 @@ class DeploymentSpec(BaseModel):
                 "moe_intermediate_size": m.moe_intermediate_size,
                 "intermediate_size": m.intermediate_size,
                 "dense_quant": m.dense_quant, "expert_quant": m.expert_quant,
-                "quant_block": m.quant_block}
+                "quant_block": m.quant_block,
+                "model_is_hybrid": m.linear_attention is not None,
+                "linear_num_key_heads": m.linear_attention.num_key_heads if m.linear_attention else 0,
+                "linear_num_value_heads": (m.linear_attention.num_value_heads
+                                           if m.linear_attention else 0)}
 
 
 RULE_CONTEXT_NAMES = {"device", "gpu_memory_gib", "gpu_count", "compute_capability",
                       "max_model_len", "model_max_len", "model_is_moe", "model_weight_gib",
                       "model_has_mtp", "attention_kind", "num_attention_heads", "num_kv_heads",
                       "num_experts", "moe_intermediate_size", "intermediate_size", "dense_quant",
-                      "expert_quant", "quant_block"}
+                      "expert_quant", "quant_block", "model_is_hybrid", "linear_num_key_heads",
+                      "linear_num_value_heads"}
 
 # The deployment `make tune` and the embedded defaults use.
 DEMO = DeploymentSpec(

@@ -349,3 +349,17 @@ def test_exclusion_lists_are_read_as_most_layers_have_them(
 def test_the_bundled_nvfp4_exports_exclusion_lists(hf_id: str, dense: str, experts: str) -> None:
     m = catalogue.model(hf_id)
     assert (m.dense_quant, m.expert_quant) == (dense, experts)
+
+
+def test_a_hybrid_model_needs_chunked_prefill_for_prefix_caching(tmp_path: Path) -> None:
+    dep = DeploymentSpec.build(name="q", model=str(_write(tmp_path, _qwen35_text_config())),
+                               gpu="H200", gpu_count=1, tensor_parallel_size=1,
+                               max_model_len=32768)
+    unchunked = vllm_defaults(dep).merged(enable_chunked_prefill=False,
+                                          max_num_batched_tokens=32768)
+    assert "hybrid_prefix_caching_needs_chunked_prefill" in {
+        v.rule for v in common_rule_violations(unchunked, dep)}
+    assert not common_rule_violations(vllm_defaults(dep), dep)
+    uncached = unchunked.merged(enable_prefix_caching=False)
+    assert "hybrid_prefix_caching_needs_chunked_prefill" not in {
+        v.rule for v in common_rule_violations(uncached, dep)}

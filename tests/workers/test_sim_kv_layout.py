@@ -107,5 +107,5 @@ def test_the_simulated_engine_runs_a_hybrid_model_at_vllms_block_size(tmp_path: 
     odd = DeploymentSpec.build(name="q8", model=_qwen35_27b(tmp_path, linear_num_value_heads=36),
                                gpu="H200", gpu_count=8, tensor_parallel_size=8,
                                max_model_len=16384)
-    with pytest.raises(EngineStartError, match="do not split over tensor_parallel_size 8"):
+    with pytest.raises(EngineStartError, match="tp_fits_linear_attention_heads"):
         start_perf(engine_shape(vllm_defaults(odd), odd), odd, BUNDLED_GPU)

@@ -109,12 +109,6 @@ class PerfModel:
         # DeepSeek-V4's FlashMLA kernel pads a rank's query heads to 64 (get_padded_num_q_heads).
         self.layout = kv_layout(model, shape.kv_cache_dtype, tp, min_q_heads=(
             DSV4_PADDED_Q_HEADS if gpu.device == "gpu" and model.attention == DSV4 else 0))
-        gdn = model.linear_attention
-        if gdn and (gdn.num_key_heads % tp or gdn.num_value_heads % tp):
-            # mamba_utils.py's divide() asserts when the gated delta net's heads do not split.
-            raise StartFailure(f"{gdn.num_key_heads} key and {gdn.num_value_heads} value heads "
-                               f"of the linear-attention layers do not split over "
-                               f"tensor_parallel_size {tp}", FailureClass.INVALID_ARGS)
         # vLLM pages in --block-size as given: a size the attention kernel cannot take is
         # refused by the rules before a start (DeepSeek-V4: 256), never rounded here; a hybrid
         # model's is raised until an attention page holds a linear-attention state.
