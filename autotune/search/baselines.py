@@ -7,6 +7,7 @@ over them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from functools import cache
 from importlib import resources
@@ -86,6 +87,26 @@ def default_block_size(model: catalogue.Model, gpu: catalogue.GPU) -> int:
     return 128 if gpu.device == "cpu" else 64
 
 
+def resolved_hybrid_block_size(values: dict[str, Any], dep: DeploymentSpec) -> int:
+    """A hybrid model's block size as vLLM runs it: the smallest multiple of the block size
+    whose attention page (one attention layer's KV of a block, this rank) holds one
+    linear-attention layer's state, the state's page then padded to it
+    (vllm/platforms/interface.py, Platform._align_hybrid_block_size, for a mamba cache mode
+    other than "all", which Qwen3.5 refuses: qwen3_5.py, Qwen3_5ForCausalLMBase). Qwen3.5-27B
+    at TP1 and block size 64: 3.2 MB of state against 4 KiB of KV per token, 832 tokens. The
+    block size as given for any other model."""
+    block_size, model = int(values["block_size"]), dep.model_info
+    gdn = model.linear_attention
+    if gdn is None:
+        return block_size
+    tp = int(values["tensor_parallel_size"])
+    kv_bytes = 1 if str(values["kv_cache_dtype"]).startswith("fp8") else 2
+    # FullAttentionSpec's page: K and V of max(1, kv_heads // tp) heads (ModelConfig.get_num_kv_heads)
+    page = (block_size * 2 * max(1, model.num_kv_heads // tp)
+            * (model.full_attention_head_dim or model.head_dim) * kv_bytes)
+    return block_size * max(1, math.ceil(gdn.state_bytes(tp) / page))
+
+
 def resolved_kv_cache_dtype(asked: str, dep: DeploymentSpec) -> str:
     """DeepSeek-V4 on the FlashMLA layout (compute capability 9.x, 10.x) stores fp8_ds_mla
     whatever fp8 (or auto) is asked (models/deepseek_v4/attention.py::
@@ -125,10 +146,12 @@ def resolved_async_scheduling(values: dict[str, Any], dep: DeploymentSpec) -> bo
 
 def effective_values(config: EngineConfig, dep: DeploymentSpec) -> dict[str, Any]:
     """Every engine argument as the engine will see it: set ones, else vLLM's defaults, with
-    the values vLLM overrides silently (V4's fp8 cache layout, clamped capture sizes)."""
+    the values vLLM overrides silently (V4's fp8 cache layout, a hybrid model's block size,
+    clamped capture sizes)."""
     values = {**IMPLICIT_DEFAULTS, **vllm_default_values(dep), **config.explicit()}
     values.setdefault("block_size", resolved_block_size(dep))
     values["kv_cache_dtype"] = resolved_kv_cache_dtype(str(values["kv_cache_dtype"]), dep)
+    values["block_size"] = resolved_hybrid_block_size(values, dep)
     values["async_scheduling"] = resolved_async_scheduling(values, dep)
     values["max_cudagraph_capture_size"] = resolved_max_capture_size(values, dep)
     return values

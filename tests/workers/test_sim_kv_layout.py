@@ -10,10 +10,11 @@ import pytest
 
 from autotune.domain.catalogue import MODELS, model
 from autotune.domain.deployment import DeploymentSpec
+from autotune.domain.engine_config import EngineConfig
 from autotune.errors import ConfigError, EngineStartError
-from autotune.search.baselines import vllm_defaults
+from autotune.search.baselines import effective_values, resolved, vllm_defaults
 from autotune.workers.sim.engine import replay_closed_loop, start_perf
-from autotune.workers.sim.kv_layout import hybrid_block_size, kv_layout
+from autotune.workers.sim.kv_layout import kv_layout
 from autotune.workers.sim.profile import BUNDLED, load_profile
 from autotune.workers.sim.shape import engine_shape
 from tests.autotune.test_model_config import _qwen35_text_config
@@ -86,19 +87,35 @@ def test_linear_attention_layers_hold_a_state_and_raise_the_block_size(tmp_path:
     assert layout.bytes_per_token == 16 * attention_token
     assert layout.fixed_bytes_per_seq == 48 * state
     assert layout.read_fixed_bytes_per_seq == 2 * 48 * state  # read and written back
-    # Platform._align_hybrid_block_size: the smallest multiple of the block size whose page
-    # holds one layer's state: 64 x ceil(3,207,168 / (64 x 4,096)) = 832 tokens.
-    assert hybrid_block_size(64, layout) == 832
-    assert hybrid_block_size(128, layout) == 896  # 128 x 7
-    assert hybrid_block_size(64, kv_layout(qwen, "fp8", 1)) == 1600  # half the KV page: 64 x 25
-    assert hybrid_block_size(64, kv_layout(model("Llama-3.1-8B"), "auto", 1)) == 64
+
+
+@pytest.mark.parametrize("asked, tp, expected", [
+    ({}, 1, 832),  # 64 x ceil(3,207,168 / (64 x 4,096))
+    ({"block_size": 128}, 1, 896),  # 128 x 7
+    ({"kv_cache_dtype": "fp8"}, 1, 1600),  # half the KV page: 64 x 25
+    ({}, 8, 448),  # one KV head per rank (replicated), an eighth of the state: 64 x 7
+])
+def test_vllm_raises_a_hybrid_models_block_size_until_a_page_holds_a_state(
+        tmp_path: Path, asked: dict[str, object], tp: int, expected: int) -> None:
+    # Platform._align_hybrid_block_size: the smallest multiple of the block size whose
+    # attention page holds one layer's state; check-config shows it as what vLLM runs.
+    dep = DeploymentSpec.build(name="q", model=_qwen35_27b(tmp_path), gpu="H200", gpu_count=tp,
+                               tensor_parallel_size=tp, max_model_len=16384)
+    config = EngineConfig.from_mapping({"tensor_parallel_size": tp, **asked})
+    assert effective_values(config, dep)["block_size"] == expected
+    effective, overridden = resolved(config, dep)
+    assert effective["block_size"] == expected
+    assert overridden.get("block_size") == (expected if "block_size" in asked else None)
+    llama = DeploymentSpec.build(name="l", model="Llama-3.1-8B", gpu="H200", gpu_count=1,
+                                 tensor_parallel_size=1, max_model_len=16384)
+    assert effective_values(EngineConfig.from_mapping({}), llama)["block_size"] == 64
 
 
 def test_the_simulated_engine_runs_a_hybrid_model_at_vllms_block_size(tmp_path: Path) -> None:
     dep = DeploymentSpec.build(name="q", model=_qwen35_27b(tmp_path), gpu="H200", gpu_count=1,
                                tensor_parallel_size=1, max_model_len=16384)
     perf = start_perf(engine_shape(vllm_defaults(dep), dep), dep, BUNDLED_GPU)
-    assert perf.shape.block_size == 64 and perf.block_size == 832
+    assert perf.shape.block_size == perf.block_size == 832
     # A sequence's three state pages (48 layers' states in groups of the 16 attention layers).
     assert perf.fixed_blocks_per_seq == 3
     result = replay_closed_loop(perf, np.full(8, 1000), np.full(8, 50), 4, seed=0)

@@ -16,7 +16,6 @@ An fp8 cache stores one byte per element instead of two.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from autotune.domain.catalogue import DSV4, GQA, MLA, Model
@@ -35,24 +34,6 @@ class KVLayout:
     # FLOPs of attention per (query token, attended context token), this GPU, all layers.
     attn_flops_per_pair: float
     attended_cap_tokens: float  # a query attends to at most this many tokens (inf: all)
-    # Hybrid models: one linear-attention layer's state of one sequence, and one full-attention
-    # layer's KV of one token, this GPU (what vLLM aligns the block size on; 0 if not hybrid).
-    state_bytes_per_layer: float = 0.0
-    attn_bytes_per_token_layer: float = 0.0
-
-
-def hybrid_block_size(block_size: int, layout: KVLayout) -> int:
-    """The block size vLLM runs a hybrid model with: the smallest multiple of the asked
-    block size whose attention page (one layer's KV of a block) holds one layer's linear-
-    attention state, the state's page then padded to it
-    (vllm/platforms/interface.py, Platform._align_hybrid_block_size, where the mamba cache
-    mode is not "all", which Qwen3.5 refuses: qwen3_5.py, Qwen3_5ForCausalLMBase). Qwen3.5-27B
-    at TP1 and block size 64: 3.2 MB of state against 4 KB of KV per token, 832 tokens.
-    Unchanged for a model without such layers."""
-    if not layout.state_bytes_per_layer:
-        return block_size
-    page = block_size * layout.attn_bytes_per_token_layer
-    return block_size * max(1, math.ceil(layout.state_bytes_per_layer / page))
 
 
 def kv_layout(model: Model, kv_cache_dtype: str, tensor_parallel_size: int,
@@ -85,12 +66,13 @@ def kv_layout(model: Model, kv_cache_dtype: str, tensor_parallel_size: int,
         full_head_dim = model.full_attention_head_dim or model.head_dim
         window = (model.sliding_window * per_layer(model.num_kv_heads, model.head_dim)
                   * model.sliding_window_layers)
-        full_layer = per_layer(model.full_attention_kv_heads or model.num_kv_heads, full_head_dim)
-        per_token = full_layer * full
+        per_token = per_layer(model.full_attention_kv_heads or model.num_kv_heads,
+                              full_head_dim) * full
         flops = 4 * heads_gpu * full_head_dim * full  # QK^T and PV, 2 FLOPs per MAC
+        # The state's page is padded to the block's attention page (effective_values raises the
+        # block size until one holds it); counted unpadded, it takes as many blocks.
         return KVLayout(per_token, window + linear * state, per_token,
-                        window + 2 * linear * state, flops, float("inf"),
-                        state, full_layer if gdn else 0.0)
+                        window + 2 * linear * state, flops, float("inf"))
     if model.attention == MLA:
         per_token = (model.kv_lora_rank + model.qk_rope_head_dim) * elem * layers
         flops = 2 * heads_gpu * (model.head_dim + model.v_head_dim) * layers

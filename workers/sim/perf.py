@@ -44,7 +44,7 @@ import numpy as np
 
 from autotune.domain.catalogue import DSV4, GPU, Model
 from autotune.vocabulary import FailureClass
-from autotune.workers.sim.kv_layout import hybrid_block_size, kv_layout
+from autotune.workers.sim.kv_layout import kv_layout
 from autotune.workers.sim.profile import Profile
 
 GIB = 2**30
@@ -110,9 +110,9 @@ class PerfModel:
         self.layout = kv_layout(model, shape.kv_cache_dtype, tp, min_q_heads=(
             DSV4_PADDED_Q_HEADS if gpu.device == "gpu" and model.attention == DSV4 else 0))
         # vLLM pages in --block-size as given: a size the attention kernel cannot take is
-        # refused by the rules before a start (DeepSeek-V4: 256), never rounded here; a hybrid
-        # model's is raised until an attention page holds a linear-attention state.
-        bs = self.block_size = hybrid_block_size(shape.block_size, self.layout)
+        # refused by the rules before a start (DeepSeek-V4: 256), never rounded here (a hybrid
+        # model's arrives raised: baselines.resolved_hybrid_block_size).
+        bs = self.block_size = shape.block_size
         self.routed_params = min(model.routed_expert_params, model.total_params_b * 1e9)
         self.dense_params = model.total_params_b * 1e9 - self.routed_params
         self.k_over_e = model.experts_per_token / model.num_experts if model.num_experts else 0.0
