@@ -19,6 +19,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,13 @@ class _Quant:
     bytes_per_param: float
     excluded: tuple[str, ...]  # exclusion patterns
     experts_only: bool = False  # mxfp4: vLLM quantises the MoE layers only
+    # ModelOpt MIXED_PRECISION: each listed module's format (module path, format); a module not
+    # listed stays unquantised. Empty for one format throughout.
+    per_module: tuple[tuple[str, str], ...] = ()
+
+    def bytes_of(self, fmt: str) -> float:
+        """Bytes per parameter of a part served in `fmt`."""
+        return self.bytes_per_param if fmt == self.name else QUANT_FORMATS[fmt]
 
 
 def read_model_config(path: Path, name: str | None = None, hf_id: str = "",
@@ -151,6 +159,29 @@ def _gated_delta_net(cfg: dict[str, Any], layers: int, where: str) -> GatedDelta
                          recurrent_bytes=_STATE_DTYPE_BYTES[dtype])
 
 
+def _experts_module(cfg: dict[str, Any], beside_mlp: bool) -> str:
+    """One routed expert's down projection as the checkpoint names it: Gemma 4's experts sit
+    beside its MLP (Gemma4DecoderLayer.moe), Mixtral's and MiniMax's in block_sparse_moe with
+    w1/w2/w3 projections, everyone else's under mlp."""
+    if beside_mlp:
+        return "moe.experts.0.down_proj"
+    if any(a.startswith(("Mixtral", "MiniMax")) for a in cfg.get("architectures") or []):
+        return "block_sparse_moe.experts.0.w2"
+    return _MODULES["experts"]
+
+
+def _leading_dense(freq: Any, where: str) -> int:
+    """How many leading layers a moe_layer_freq list keeps dense (0s before the 1s); a list
+    that mixes them further on is refused, not misread."""
+    if not isinstance(freq, list):
+        return 0
+    leading = next((i for i, f in enumerate(freq) if f), len(freq))
+    if not all(freq[leading:]):
+        raise ConfigError(f"{where}: moe_layer_freq mixes dense and MoE layers after the first "
+                          "MoE layer; only leading dense layers are modelled")
+    return leading
+
+
 def _gdn_params(gdn: GatedDeltaNet | None, hidden: int) -> int:
     """One gated-delta-net layer's weights (vllm/model_executor/layers/mamba/gdn_linear_attn.py,
     GatedDeltaNetAttention): in_proj_qkvz (q, k, v and the output gate z), in_proj_ba (a beta and
@@ -201,6 +232,8 @@ def _quant(qcfg: dict[str, Any] | None, where: str) -> _Quant:
     if "quantization" in qcfg and isinstance(qcfg["quantization"], dict):  # hf_quant_config.json
         qcfg = {"quant_method": "modelopt", **qcfg["quantization"]}
     method = str(qcfg.get("quant_method", "")).lower()
+    if not method and (qcfg.get("producer") or {}).get("name") == "modelopt":
+        method = "modelopt"  # a ModelOpt export's config.json copy names only its producer
     excluded = tuple(str(p) for p in (qcfg.get("ignore") or qcfg.get("modules_to_not_convert")
                                       or qcfg.get("exclude_modules") or []))
     if method == "fp8":
@@ -217,18 +250,44 @@ def _quant(qcfg: dict[str, Any] | None, where: str) -> _Quant:
     if method.startswith("modelopt"):
         # vllm/model_executor/layers/quantization/modelopt.py QUANT_ALGOS.
         algo = str(qcfg.get("quant_algo", "")).upper()
-        if algo in ("FP8", "FP8_PER_CHANNEL_PER_TOKEN"):
-            return _Quant("fp8", 0, 1.0, excluded)
-        if algo == "FP8_PB_WO":
-            return _Quant("fp8_block", 128, 1.0, excluded)
-        if algo in ("NVFP4", "W4A16_NVFP4"):
-            return _Quant("nvfp4", 0, QUANT_FORMATS["nvfp4"], excluded)
+        if algo in _MODELOPT_FORMATS:
+            fmt = _MODELOPT_FORMATS[algo]
+            return _Quant(fmt, 128 if fmt == "fp8_block" else 0, QUANT_FORMATS[fmt], excluded)
+        if algo == "MIXED_PRECISION":
+            return _mixed_precision(qcfg, excluded, where)
         raise ConfigError(f"{where}: ModelOpt quant_algo {algo or 'missing'!r} is not one autotune "
-                          "knows (FP8, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO, NVFP4)")
+                          f"knows ({', '.join([*_MODELOPT_FORMATS, 'MIXED_PRECISION'])})")
     if method == "compressed-tensors":
         return _compressed_tensors(qcfg, excluded, where)
     raise ConfigError(f"{where}: quant_method {method or 'missing'!r} is not one autotune knows "
                       "(fp8, mxfp4, modelopt, compressed-tensors; none for bf16 weights)")
+
+
+# ModelOpt's per-format quant_algo names (vllm/model_executor/layers/quantization/modelopt.py
+# QUANT_ALGOS) as the catalogue's formats: MXFP8 (one E8M0 scale per 32 weights) weighs as FP8
+# does to a percent; W4A16_NVFP4 (weight-only) weighs as NVFP4 and is read as NVFP4.
+_MODELOPT_FORMATS = {"FP8": "fp8", "FP8_PER_CHANNEL_PER_TOKEN": "fp8", "FP8_PB_WO": "fp8_block",
+                     "NVFP4": "nvfp4", "W4A16_NVFP4": "nvfp4", "MXFP8": "fp8"}
+
+
+def _mixed_precision(qcfg: dict[str, Any], excluded: tuple[str, ...], where: str) -> _Quant:
+    """ModelOpt MIXED_PRECISION: quantized_layers gives each quantised module its quant_algo
+    (vllm/model_executor/layers/quantization/modelopt.py, ModelOptMixedPrecisionConfig: a
+    module it does not list stays unquantised)."""
+    layers = qcfg.get("quantized_layers")
+    if not isinstance(layers, dict) or not layers:
+        raise ConfigError(f"{where}: ModelOpt MIXED_PRECISION without quantized_layers")
+    per_module = []
+    for module, spec in layers.items():
+        algo = str((spec or {}).get("quant_algo", "")).upper()
+        if algo not in _MODELOPT_FORMATS:
+            raise ConfigError(f"{where}: quantized_layers {module!r}: quant_algo {algo!r} is not "
+                              f"one autotune knows ({', '.join(_MODELOPT_FORMATS)})")
+        per_module.append((str(module), _MODELOPT_FORMATS[algo]))
+    # The name (and bytes) of its most common format stand for it where a single one is asked.
+    name = Counter(fmt for _, fmt in per_module).most_common(1)[0][0]
+    return _Quant(name, 128 if name == "fp8_block" else 0, QUANT_FORMATS[name], excluded,
+                  per_module=tuple(per_module))
 
 
 def _compressed_tensors(qcfg: dict[str, Any], excluded: tuple[str, ...], where: str) -> _Quant:
@@ -271,15 +330,23 @@ def _excluded(module: str, patterns: tuple[str, ...]) -> bool:
     return False
 
 
+def _module_format(module: str, quant: _Quant) -> str:
+    """One layer's module (`module`: its path under the layers, "3.mlp.down_proj"): the format
+    the checkpoint stores it in, under whichever layer prefix the checkpoint uses."""
+    paths = [f"{prefix}.{module}" for prefix in _LAYER_PREFIXES]
+    if quant.per_module:
+        return next((fmt for path in paths for key, fmt in quant.per_module
+                     if path == key or path.startswith(key + ".")), "bf16")
+    return "bf16" if any(_excluded(path, quant.excluded) for path in paths) else quant.name
+
+
 def _quant_of(part: str, quant: _Quant, modules: list[str]) -> str:
-    """The format a part is served in: the checkpoint's, unless the exclusion list leaves it
-    unquantised in most layers (`modules`: the part's module in each layer that has it; lists
-    that name layers one by one, or keep the first layers whole, are read as the bulk is)."""
+    """The format a part is served in: the one most of its layers have (`modules`: the part's
+    module in each layer that has it; exclusion lists that name layers one by one, or keep the
+    first layers whole, are read as the bulk is)."""
     if quant.name == "bf16" or (quant.experts_only and part != "experts") or not modules:
         return "bf16"
-    excluded = sum(any(_excluded(f"{prefix}.{module}", quant.excluded)
-                       for prefix in _LAYER_PREFIXES) for module in modules)
-    return "bf16" if excluded * 2 > len(modules) else quant.name
+    return Counter(_module_format(m, quant) for m in modules).most_common(1)[0][0]
 
 
 def _model(cfg: dict[str, Any], quant: _Quant, where: str, name: str, hf_id: str) -> Model:
@@ -314,10 +381,14 @@ def _model(cfg: dict[str, Any], quant: _Quant, where: str, name: str, hf_id: str
                 raise ConfigError(f"{where}: a shared expert {shared_width} wide beside experts "
                                   f"{moe_width} wide is not modelled")
             shared = shared_width // moe_width
-        # DeepSeek's first_k_dense_replace; Qwen3-MoE's mlp_only_layers (taken as leading).
-        first_dense = int(cfg.get("first_k_dense_replace") or len(cfg.get("mlp_only_layers") or []))
+        # DeepSeek's first_k_dense_replace; Qwen3-MoE's mlp_only_layers (taken as leading);
+        # MiniMax-M3's moe_layer_freq (0: a dense layer), which must lead too.
+        first_dense = int(cfg.get("first_k_dense_replace") or len(cfg.get("mlp_only_layers") or [])
+                          or _leading_dense(cfg.get("moe_layer_freq"), where))
     dense_layers = layers if not experts or mlp_beside_experts else first_dense
-    dense_width = _need(cfg, "intermediate_size", where) if dense_layers else 0
+    # MiniMax-M3's dense layers have a width of their own (intermediate_size is its experts').
+    dense_width = (int(_first(cfg, "dense_intermediate_size")
+                       or _need(cfg, "intermediate_size", where)) if dense_layers else 0)
     moe_layers = layers - first_dense if experts else 0
 
     mla = cfg.get("kv_lora_rank") is not None
@@ -375,12 +446,14 @@ def _model(cfg: dict[str, Any], quant: _Quant, where: str, name: str, hf_id: str
         "attention": [f"{i}.{_MODULES['linear_attention' if t == 'linear_attention' else 'attention']}"
                       for i, t in enumerate(kinds)],
         "mlp": [f"{i}.{_MODULES['mlp']}" for i in range(dense_layers)],
-        "shared": [f"{i}.{_MODULES['shared']}" for i in range(first_dense, layers)] if shared else [],
-        # Gemma 4's experts sit beside its MLP, not under it (Gemma4DecoderLayer.moe).
-        "experts": [f"{i}.{'moe.experts.0.down_proj' if mlp_beside_experts else _MODULES['experts']}"
+        # Qwen3.5-MoE names its one shared expert mlp.shared_expert.
+        "shared": [f"{i}.{_MODULES['shared']}".replace("shared_experts", "shared_expert")
+                   if cfg.get("shared_expert_intermediate_size") else f"{i}.{_MODULES['shared']}"
+                   for i in range(first_dense, layers)] if shared else [],
+        "experts": [f"{i}.{_experts_module(cfg, mlp_beside_experts)}"
                     for i in range(first_dense, layers)] if experts else []}
     formats = {part: _quant_of(part, quant, modules[part]) for part in modules}
-    part_bytes = {p: quant.bytes_per_param if formats[p] != "bf16" else 2.0 for p in formats}
+    part_bytes = {p: quant.bytes_of(formats[p]) for p in formats}
     # Embeddings, the LM head and routers stay bf16 (vLLM's Fp8Config and the others quantise
     # linear layers; the exclusion lists name lm_head and the routers).
     dense_params = total - parts["experts"]
@@ -408,13 +481,14 @@ def _model(cfg: dict[str, Any], quant: _Quant, where: str, name: str, hf_id: str
                  + (f", a dense MLP {dense_width} beside them" if mlp_beside_experts else "")
                  if experts else
                  f"; MLP {dense_width}")
-              + ("; its sparse indexer (index_topk) is not modelled: attention reads every "
-                 "context token" if cfg.get("index_topk") else "")
+              + ("; its sparse indexer (index_topk, sparse_attention_config) is not modelled: "
+                 "attention reads every context token" if cfg.get("index_topk")
+                 or (cfg.get("sparse_attention_config") or {}).get("use_sparse_attention") else "")
               + f"; vocab {vocab}; weights {dense_quant}/{expert_quant}; total "
               f"{total / 1e9:.1f}B and active {active / 1e9:.1f}B derived from the architecture "
               "(autotune/domain/model_config.py)")
     return Model(name, round(total / 1e9, 3), round(active / 1e9, 3), round(dense_bytes, 4),
-                 quant.bytes_per_param if expert_quant != "bf16" else 2.0, layers, hidden, vocab,
+                 quant.bytes_of(expert_quant), layers, hidden, vocab,
                  max_context, MLA if mla else GQA, heads, kv_heads, head_dim,
                  dense_width, source,
                  kv_lora_rank=int(cfg.get("kv_lora_rank") or 0) if mla else 0,

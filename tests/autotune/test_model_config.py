@@ -345,6 +345,10 @@ def test_exclusion_lists_are_read_as_most_layers_have_them(
     ("nvidia/Gemma-4-26B-A4B-NVFP4", "bf16", "nvfp4"),  # MLP, router, attention per layer
     ("nvidia/Qwen3.5-397B-A17B-NVFP4", "bf16", "nvfp4"),  # linear_attn and self_attn per layer
     ("nvidia/Kimi-K2.5-NVFP4", "bf16", "nvfp4"),  # self_attn per layer, language_model.model.
+    ("nvidia/Qwen3.6-35B-A3B-NVFP4", "fp8", "nvfp4"),  # MIXED_PRECISION: FP8 and W4A16 NVFP4
+    ("nvidia/Qwen3.6-27B-NVFP4", "nvfp4", "bf16"),  # its MLP, the largest dense part, in NVFP4
+    ("nvidia/MiniMax-M3-NVFP4", "fp8", "nvfp4"),  # MXFP8 and NVFP4; block_sparse_moe experts
+    ("Qwen/Qwen3-32B-FP8-Static-PerTensor", "fp8", "bf16"),  # quantization_config: producer only
 ])
 def test_the_bundled_nvfp4_exports_exclusion_lists(hf_id: str, dense: str, experts: str) -> None:
     m = catalogue.model(hf_id)
@@ -363,3 +367,42 @@ def test_a_hybrid_model_needs_chunked_prefill_for_prefix_caching(tmp_path: Path)
     uncached = unchunked.merged(enable_prefix_caching=False)
     assert "hybrid_prefix_caching_needs_chunked_prefill" not in {
         v.rule for v in common_rule_violations(uncached, dep)}
+
+
+def test_a_modelopt_mixed_precision_export_is_read_module_by_module(tmp_path: Path) -> None:
+    # nvidia/Qwen3.6-35B-A3B-NVFP4's shape: attention and gated delta nets in FP8, the routed
+    # experts in W4A16 NVFP4, everything unlisted (shared experts, embeddings) unquantised
+    # (modelopt.py::ModelOptMixedPrecisionConfig).
+    text = _qwen35_text_config(num_experts=256, num_experts_per_tok=8, moe_intermediate_size=512,
+                               shared_expert_intermediate_size=512, intermediate_size=None,
+                               hidden_size=2048)["text_config"]
+    text["model_type"] = "qwen3_5_moe_text"
+    prefix = "model.language_model.layers"
+    quantized = {}
+    for i, kind in enumerate(text["layer_types"]):
+        mixer = "linear_attn.out_proj" if kind == "linear_attention" else "self_attn.o_proj"
+        quantized[f"{prefix}.{i}.{mixer}"] = {"quant_algo": "FP8"}
+        quantized[f"{prefix}.{i}.mlp.experts"] = {"quant_algo": "W4A16_NVFP4", "group_size": 16}
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps({"quantization": {
+        "quant_algo": "MIXED_PRECISION", "quantized_layers": quantized}}))
+    m = read_model_config(_write(tmp_path, {"text_config": text}))
+    assert (m.dense_quant, m.expert_quant) == ("fp8", "nvfp4")
+    assert m.expert_bytes_per_param == 0.5625
+    assert 1.0 < m.dense_bytes_per_param < 2.0  # FP8 attention, bf16 shared expert and embeddings
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps({"quantization": {
+        "quant_algo": "MIXED_PRECISION", "quantized_layers": {"x": {"quant_algo": "INT8"}}}}))
+    with pytest.raises(ConfigError, match="quantized_layers 'x': quant_algo 'INT8'"):
+        read_model_config(tmp_path / "config.json")
+
+
+def test_moe_layer_freq_gives_the_leading_dense_layers_and_their_width(tmp_path: Path) -> None:
+    cfg = {"architectures": ["MiniMaxM3SparseForCausalLM"], "num_hidden_layers": 6,
+           "hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 4,
+           "head_dim": 64, "intermediate_size": 512, "dense_intermediate_size": 4096,
+           "num_local_experts": 8, "num_experts_per_tok": 2, "moe_layer_freq": [0, 0, 1, 1, 1, 1],
+           "vocab_size": 1000, "max_position_embeddings": 4096}
+    m = read_model_config(_write(tmp_path, cfg))
+    assert (m.first_dense_layers, m.intermediate_size, m.moe_intermediate_size) == (2, 4096, 512)
+    cfg["moe_layer_freq"] = [0, 1, 0, 1, 1, 1]
+    with pytest.raises(ConfigError, match="moe_layer_freq mixes dense and MoE layers"):
+        read_model_config(_write(tmp_path, cfg))
