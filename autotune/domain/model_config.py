@@ -159,10 +159,19 @@ def _gated_delta_net(cfg: dict[str, Any], layers: int, where: str) -> GatedDelta
                          recurrent_bytes=_STATE_DTYPE_BYTES[dtype])
 
 
+def _shared_module(cfg: dict[str, Any]) -> str:
+    """A shared expert's down projection as the checkpoint names it: Qwen3.5-MoE's one shared
+    expert (shared_expert_intermediate_size) is mlp.shared_expert, DeepSeek's mlp.shared_experts."""
+    if cfg.get("shared_expert_intermediate_size"):
+        return "mlp.shared_expert.down_proj"
+    return _MODULES["shared"]
+
+
 def _experts_module(cfg: dict[str, Any], beside_mlp: bool) -> str:
     """One routed expert's down projection as the checkpoint names it: Gemma 4's experts sit
     beside its MLP (Gemma4DecoderLayer.moe), Mixtral's and MiniMax's in block_sparse_moe with
-    w1/w2/w3 projections, everyone else's under mlp."""
+    w1/w2/w3 projections (vllm/model_executor/models/minimax_m2.py,
+    MiniMaxM2Model.get_expert_mapping: ckpt_down_proj_name "w2"), everyone else's under mlp."""
     if beside_mlp:
         return "moe.experts.0.down_proj"
     if any(a.startswith(("Mixtral", "MiniMax")) for a in cfg.get("architectures") or []):
@@ -233,7 +242,9 @@ def _quant(qcfg: dict[str, Any] | None, where: str) -> _Quant:
         qcfg = {"quant_method": "modelopt", **qcfg["quantization"]}
     method = str(qcfg.get("quant_method", "")).lower()
     if not method and (qcfg.get("producer") or {}).get("name") == "modelopt":
-        method = "modelopt"  # a ModelOpt export's config.json copy names only its producer
+        # A ModelOpt export's config.json copy names only its producer; vLLM sets the method
+        # from it (vllm/config/model.py, ModelConfig._normalize_quantization_config).
+        method = "modelopt"
     excluded = tuple(str(p) for p in (qcfg.get("ignore") or qcfg.get("modules_to_not_convert")
                                       or qcfg.get("exclude_modules") or []))
     if method == "fp8":
@@ -382,7 +393,9 @@ def _model(cfg: dict[str, Any], quant: _Quant, where: str, name: str, hf_id: str
                                   f"{moe_width} wide is not modelled")
             shared = shared_width // moe_width
         # DeepSeek's first_k_dense_replace; Qwen3-MoE's mlp_only_layers (taken as leading);
-        # MiniMax-M3's moe_layer_freq (0: a dense layer), which must lead too.
+        # MiniMax-M3's moe_layer_freq (0: a dense layer), which must lead too. (MiniMax-M3's
+        # fields as its published config defines them; vLLM's model file for it was not among
+        # the sources searched.)
         first_dense = int(cfg.get("first_k_dense_replace") or len(cfg.get("mlp_only_layers") or [])
                           or _leading_dense(cfg.get("moe_layer_freq"), where))
     dense_layers = layers if not experts or mlp_beside_experts else first_dense
@@ -446,10 +459,7 @@ def _model(cfg: dict[str, Any], quant: _Quant, where: str, name: str, hf_id: str
         "attention": [f"{i}.{_MODULES['linear_attention' if t == 'linear_attention' else 'attention']}"
                       for i, t in enumerate(kinds)],
         "mlp": [f"{i}.{_MODULES['mlp']}" for i in range(dense_layers)],
-        # Qwen3.5-MoE names its one shared expert mlp.shared_expert.
-        "shared": [f"{i}.{_MODULES['shared']}".replace("shared_experts", "shared_expert")
-                   if cfg.get("shared_expert_intermediate_size") else f"{i}.{_MODULES['shared']}"
-                   for i in range(first_dense, layers)] if shared else [],
+        "shared": [f"{i}.{_shared_module(cfg)}" for i in range(first_dense, layers)] if shared else [],
         "experts": [f"{i}.{_experts_module(cfg, mlp_beside_experts)}"
                     for i in range(first_dense, layers)] if experts else []}
     formats = {part: _quant_of(part, quant, modules[part]) for part in modules}
