@@ -149,12 +149,19 @@ def effective_values(config: EngineConfig, dep: DeploymentSpec) -> dict[str, Any
     the values vLLM overrides silently (V4's fp8 cache layout, a hybrid model's block size,
     clamped capture sizes)."""
     values = {**IMPLICIT_DEFAULTS, **vllm_default_values(dep), **config.explicit()}
-    values.setdefault("block_size", resolved_block_size(dep))
+    values["block_size"] = asked_block_size(config, dep)
     values["kv_cache_dtype"] = resolved_kv_cache_dtype(str(values["kv_cache_dtype"]), dep)
     values["block_size"] = resolved_hybrid_block_size(values, dep)
     values["async_scheduling"] = resolved_async_scheduling(values, dep)
     values["max_cudagraph_capture_size"] = resolved_max_capture_size(values, dep)
     return values
+
+
+def asked_block_size(config: EngineConfig, dep: DeploymentSpec) -> int:
+    """The --block-size a config gives vLLM (set, else vLLM's default), before vLLM raises a
+    hybrid model's (resolved_hybrid_block_size): the value a search space's block_size names."""
+    asked = {**vllm_default_values(dep), **config.explicit()}.get("block_size")
+    return int(asked) if asked is not None else resolved_block_size(dep)
 
 
 def resolved_max_capture_size(values: dict[str, Any], dep: DeploymentSpec) -> int:

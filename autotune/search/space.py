@@ -12,7 +12,7 @@ from autotune.domain.deployment import RULE_CONTEXT_NAMES, DeploymentSpec
 from autotune.domain.engine_config import REMOVED_ARGS, EngineConfig
 from autotune.domain.parallelism import Strategy
 from autotune.errors import SearchSpaceError, SettingText
-from autotune.search.baselines import BASELINES, effective_values
+from autotune.search.baselines import BASELINES, asked_block_size, effective_values
 from autotune.search.rules import check_deployment, rules_lacking, strategies
 from autotune.search_spaces import (
     Param,
@@ -163,8 +163,10 @@ def hold_config(space: SearchSpace, config: EngineConfig, dep: DeploymentSpec) -
 
 
 def _space_values(config: EngineConfig, dep: DeploymentSpec) -> dict[str, Any]:
-    """A config's effective engine arguments, with the parallel layout they make."""
+    """A config's effective engine arguments, with the parallel layout they make; the block
+    size as asked, which the trial sets (vLLM raises a hybrid model's past any a space offers)."""
     values = effective_values(config, dep)
+    values["block_size"] = asked_block_size(config, dep)
     values[parallelism.PARAM] = Strategy.of(values).name
     return values
 

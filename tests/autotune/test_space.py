@@ -151,6 +151,32 @@ def test_baselines_sit_inside_the_new_dimensions() -> None:
             assert params["max_cudagraph_capture_size"] == min(2 * params["max_num_seqs"], 512)
 
 
+def test_a_hybrid_models_baselines_are_enqueued_at_the_block_size_they_ask_for(
+        tmp_path: Path) -> None:
+    """vLLM raises a hybrid model's block size past every choice a space offers (832 tokens
+    here); the space names the --block-size a trial sets, so the baselines still enqueue."""
+    import json
+
+    from autotune.search.baselines import BASELINES, effective_values
+    from autotune.search.space import deployment_space, space_params
+    from tests.autotune.test_model_config import _qwen35_text_config
+
+    text = _qwen35_text_config(num_hidden_layers=64)["text_config"]
+    text["layer_types"] = (["linear_attention"] * 3 + ["full_attention"]) * 16
+    (tmp_path / "config.json").write_text(json.dumps(text))
+    dep = DeploymentSpec(name="q", model=str(tmp_path / "config.json"), gpu="H200-141GB",
+                         gpu_count=1, tensor_parallel_size=1, max_model_len=16384)
+    space = deployment_space("chat", dep)
+    for make in BASELINES.values():
+        config = make(dep)
+        if config is None:
+            continue
+        params = space_params(space, config, dep)
+        assert params["block_size"] in (16, 32, 64, 128)
+        assert effective_values(config, dep)["block_size"] % params["block_size"] == 0
+        assert effective_values(config, dep)["block_size"] > 128
+
+
 def test_a_model_fact_no_rule_knows_is_named_in_a_warning() -> None:
     from dataclasses import replace
 
