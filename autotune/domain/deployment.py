@@ -64,6 +64,8 @@ class DeploymentSpec(BaseModel):
         """Deployment facts that interaction rules, pins and search-space bounds may name:
         the GPU's and the model's (catalogue) and the deployment's own."""
         g, m = self.gpu_info, self.model_info
+        gdn = m.mamba_layers if isinstance(m.mamba_layers, catalogue.GatedDeltaNet) else None
+        mamba2 = m.mamba_layers if isinstance(m.mamba_layers, catalogue.Mamba2) else None
         return {"device": g.device, "gpu_memory_gib": g.memory_gib, "gpu_count": self.gpu_count,
                 "compute_capability": g.compute_capability,
                 "max_model_len": self.max_model_len, "model_max_len": m.max_context,
@@ -76,10 +78,11 @@ class DeploymentSpec(BaseModel):
                 "intermediate_size": m.intermediate_size,
                 "dense_quant": m.dense_quant, "expert_quant": m.expert_quant,
                 "quant_block": m.quant_block,
-                "model_is_hybrid": m.linear_attention is not None,
-                "linear_num_key_heads": m.linear_attention.num_key_heads if m.linear_attention else 0,
-                "linear_num_value_heads": (m.linear_attention.num_value_heads
-                                           if m.linear_attention else 0)}
+                "model_is_hybrid": m.mamba_layers is not None,
+                "linear_num_key_heads": gdn.num_key_heads if gdn else 0,
+                "linear_num_value_heads": gdn.num_value_heads if gdn else 0,
+                "mamba_num_heads": mamba2.num_heads if mamba2 else 0,
+                "mamba_n_groups": mamba2.n_groups if mamba2 else 0}
 
 
 RULE_CONTEXT_NAMES = {"device", "gpu_memory_gib", "gpu_count", "compute_capability",
@@ -87,7 +90,7 @@ RULE_CONTEXT_NAMES = {"device", "gpu_memory_gib", "gpu_count", "compute_capabili
                       "model_has_mtp", "attention_kind", "num_attention_heads", "num_kv_heads",
                       "num_experts", "moe_intermediate_size", "intermediate_size", "dense_quant",
                       "expert_quant", "quant_block", "model_is_hybrid", "linear_num_key_heads",
-                      "linear_num_value_heads"}
+                      "linear_num_value_heads", "mamba_num_heads", "mamba_n_groups"}
 
 # The deployment `make tune` and the embedded defaults use.
 DEMO = DeploymentSpec(

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.domain.specs import GQA, MLA, QUANT_FORMATS, GatedDeltaNet, Model
+from autotune.domain.specs import GQA, MLA, QUANT_FORMATS, GatedDeltaNet, Mamba2, Model
 from autotune.errors import ConfigError
 
 # A representative module per part of a decoder layer, as checkpoints name them under a layer's
@@ -34,7 +34,8 @@ from autotune.errors import ConfigError
 _MODULES = {"attention": "self_attn.o_proj", "linear_attention": "linear_attn.out_proj",
             "mlp": "mlp.down_proj", "shared": "mlp.shared_experts.down_proj",
             "experts": "mlp.experts.0.down_proj"}
-_LAYER_PREFIXES = ("model.layers", "model.language_model.layers", "language_model.model.layers")
+_LAYER_PREFIXES = ("model.layers", "model.language_model.layers", "language_model.model.layers",
+                   "backbone.layers")
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,10 @@ def read_model_config(path: Path, name: str | None = None, hf_id: str = "",
     if "compress_ratios" in arch:
         raise ConfigError(f"{where}: DeepSeek-V4's hybrid attention is not read from config.json; "
                           "use the catalogue entries DeepSeek-V4-Flash or DeepSeek-V4-Pro")
+    pattern = _layer_pattern(arch, where)
+    if pattern:
+        return _layer_pattern_model(arch, pattern, _quant(qcfg, where), where,
+                                    name or _default_name(path), hf_id)
     _refuse_hybrid(arch, where)
     _refuse_layer_sharing(arch, where)
     _refuse_per_layer_blocks(arch, where)
@@ -80,8 +85,8 @@ def read_model_config(path: Path, name: str | None = None, hf_id: str = "",
     return _model(arch, quant, where, name or _default_name(path), hf_id)
 
 
-# Fields of layer kinds the simulator has no model for: Mamba/SSM layers (Nemotron-H), linear
-# attention other than the gated delta net (Kimi-K3's), per-layer hybrid patterns.
+# Fields of layer kinds the simulator has no model for: Mamba/SSM layers outside a Nemotron-H
+# layer pattern, linear attention other than the gated delta net (Kimi-K3's).
 _HYBRID_PREFIXES = ("mamba_", "linear_", "ssm_", "hybrid_", "layers_block_type",
                     "full_attention_interval")
 _KNOWN_LAYER_TYPES = {"full_attention", "sliding_attention"}
@@ -157,6 +162,136 @@ def _gated_delta_net(cfg: dict[str, Any], layers: int, where: str) -> GatedDelta
                          _need(cfg, "linear_value_head_dim", where),
                          _need(cfg, "linear_conv_kernel_dim", where),
                          recurrent_bytes=_STATE_DTYPE_BYTES[dtype])
+
+
+# Nemotron-H's layer kinds as layers_block_type names them (transformers' NemotronHConfig
+# ._list_to_pattern; the legacy names its remap_legacy_layer_types renames).
+_PATTERN_KINDS = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*",
+                  "mlp": "-", "moe": "E"}
+
+
+def _layer_pattern(cfg: dict[str, Any], where: str) -> str:
+    """A Nemotron-H config's layer pattern (hybrid_override_pattern, or layers_block_type as a
+    pattern); "" for a config without one."""
+    pattern = cfg.get("hybrid_override_pattern")
+    kinds = cfg.get("layers_block_type")
+    if pattern is None and isinstance(kinds, list):
+        odd = sorted({str(k) for k in kinds} - set(_PATTERN_KINDS))
+        if odd:
+            raise ConfigError(f"{where}: layers_block_type {odd[0]!r} is not a layer kind autotune "
+                              f"knows ({', '.join(_PATTERN_KINDS)})")
+        pattern = "".join(_PATTERN_KINDS[k] for k in kinds)
+    if pattern is None:
+        return ""
+    if not isinstance(pattern, str) or not pattern or set(pattern) - set("M*-E"):
+        raise ConfigError(f"{where}: hybrid_override_pattern {pattern!r} is not a string of "
+                          "layer kinds M (Mamba2), * (attention), - (MLP) and E (MoE)")
+    return pattern
+
+
+def _layer_pattern_model(cfg: dict[str, Any], pattern: str, quant: _Quant, where: str,
+                         name: str, hf_id: str) -> Model:
+    """The Model of a Nemotron-H / Nemotron-3 config, built as vLLM builds it
+    (vllm/model_executor/models/nemotron_h.py): one mixer per layer after its norm, as the
+    pattern says. Mamba2 layers (MambaMixer2): in_proj to z, x, B, C and dt, a causal
+    convolution over x, B and C, out_proj. Attention layers (NemotronHAttention): GQA, no
+    rotary. MLP layers (NemotronHMLP): up and down projections with relu2, two matrices. MoE
+    layers (NemotronHMoE): a router, routed experts of two projections (relu2) at the latent
+    width moe_latent_size where there is one (fc1_latent_proj and fc2_latent_proj around them,
+    replicated on every TP rank), and shared experts of moe_shared_expert_intermediate_size.
+    The MTP layers are not loaded with the model (its hf_to_vllm_mapper drops mtp.*)."""
+    hidden = _need(cfg, "hidden_size", where)
+    vocab = _need(cfg, "vocab_size", where)
+    max_context = _need(cfg, "max_position_embeddings", where)
+    heads = _need(cfg, "num_attention_heads", where)
+    kv_heads = int(cfg.get("num_key_value_heads") or heads)
+    head_dim = int(_first(cfg, "head_dim", "attention_head_dim") or hidden // heads)
+    count = Counter(pattern)
+    mamba = None
+    if count["M"]:
+        dtype = str(cfg.get("mamba_ssm_cache_dtype") or "float32")  # NemotronHConfig's default
+        if dtype not in _STATE_DTYPE_BYTES:
+            raise ConfigError(f"{where}: mamba_ssm_cache_dtype {dtype!r} is not one of "
+                              f"{', '.join(_STATE_DTYPE_BYTES)}")
+        mamba = Mamba2(count["M"], _need(cfg, "mamba_num_heads", where),
+                       _need(cfg, "mamba_head_dim", where), _need(cfg, "n_groups", where),
+                       _need(cfg, "ssm_state_size", where), _need(cfg, "conv_kernel", where),
+                       recurrent_bytes=_STATE_DTYPE_BYTES[dtype])
+    mlp_width = 0
+    if count["-"]:
+        if not isinstance(cfg.get("intermediate_size"), int):
+            raise ConfigError(f"{where}: field 'intermediate_size' is "
+                              f"{cfg.get('intermediate_size')!r}; one width for every MLP layer "
+                              "is modelled (a list per layer is not)")
+        mlp_width = _need(cfg, "intermediate_size", where)
+    experts = per_token = moe_width = latent = shared = shared_width = 0
+    if count["E"]:
+        experts = _need(cfg, "n_routed_experts", where)
+        per_token = _need(cfg, "num_experts_per_tok", where)
+        moe_width = _need(cfg, "moe_intermediate_size", where)
+        latent = int(cfg.get("moe_latent_size") or 0)
+        shared = int(cfg.get("n_shared_experts") or 0)
+        shared_width = int(cfg.get("moe_shared_expert_intermediate_size") or 0) if shared else 0
+
+    # Parameters per layer of each kind (norms, biases and the per-head A, D, dt_bias left out).
+    mamba_params = 0
+    if mamba:
+        inner, bc = mamba.inner_size, 2 * mamba.n_groups * mamba.state_size
+        mamba_params = (hidden * (2 * inner + bc + mamba.num_heads)  # in_proj: z, x, B, C, dt
+                        + (inner + bc) * mamba.conv_kernel + inner * hidden)  # conv1d, out_proj
+    attention_params = hidden * (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden
+    expert_width = latent or hidden
+    per_expert = 2 * expert_width * moe_width
+    parts = {"attention": float(mamba_params * count["M"] + attention_params * count["*"]),
+             "mlp": float(2 * hidden * mlp_width * count["-"]),
+             # The latent projections are dense, beside the shared experts.
+             "shared": float((2 * hidden * shared_width * shared + 2 * hidden * latent)
+                             * count["E"]),
+             "router": float(experts * hidden * count["E"]),
+             "experts": float(per_expert * experts * count["E"])}
+    embed = vocab * hidden
+    lm_head = 0 if cfg.get("tie_word_embeddings") else vocab * hidden
+    total = sum(parts.values()) + embed + lm_head
+    active = total - embed - (parts["experts"] * (1 - per_token / experts) if experts else 0.0)
+
+    def modules(kind: str, module: str) -> list[str]:
+        return [f"{i}.mixer.{module}" for i, k in enumerate(pattern) if k == kind]
+
+    formats = {"attention": _quant_of("attention", quant, modules("M", "in_proj")
+                                      + modules("*", "o_proj")),
+               "mlp": _quant_of("mlp", quant, modules("-", "down_proj")),
+               "shared": _quant_of("shared", quant, modules("E", "shared_experts.down_proj")
+                                   if shared else []),
+               "experts": _quant_of("experts", quant, modules("E", "experts.0.down_proj"))}
+    part_bytes = {p: quant.bytes_of(formats[p]) for p in formats}
+    dense_params = total - parts["experts"]
+    dense_bytes = (sum(parts[p] * part_bytes[p] for p in ("attention", "mlp", "shared"))
+                   + 2.0 * (embed + lm_head + parts["router"])) / dense_params
+    main = max(("attention", "mlp", "shared"), key=lambda p: parts[p])
+    dense_quant, expert_quant = formats[main], formats["experts"] if experts else "bf16"
+    arch = ",".join(cfg.get("architectures") or [cfg.get("model_type", "?")])
+    source = (f"{where} ({arch}): {len(pattern)} layers, one mixer each: {count['M']} Mamba2, "
+              f"{count['*']} attention, {count['-']} MLP, {count['E']} MoE; hidden {hidden}, "
+              f"{heads} heads, {kv_heads} KV heads of dim {head_dim}"
+              + (f"; Mamba2 {mamba.num_heads} heads of {mamba.head_dim}, {mamba.n_groups} groups, "
+                 f"state {mamba.state_size}, SSM state {mamba.recurrent_bytes:g} B per element"
+                 if mamba else "")
+              + (f"; MLP {mlp_width} (relu2)" if mlp_width else "")
+              + (f"; {experts} routed experts + {shared} shared of {shared_width}, {per_token} per "
+                 f"token, width {moe_width}" + (f" at latent width {latent}" if latent else "")
+                 if experts else "")
+              + f"; vocab {vocab}; weights {dense_quant}/{expert_quant}; total "
+              f"{total / 1e9:.1f}B and active {active / 1e9:.1f}B derived from the architecture "
+              "(autotune/domain/model_config.py)")
+    return Model(name, round(total / 1e9, 3), round(active / 1e9, 3), round(dense_bytes, 4),
+                 quant.bytes_of(expert_quant), len(pattern), hidden, vocab, max_context, GQA,
+                 heads, kv_heads, head_dim, mlp_width, source, mamba_layers=mamba,
+                 layer_pattern=pattern, num_experts=experts, experts_per_token=per_token,
+                 moe_intermediate_size=moe_width, params_per_expert=per_expert,
+                 num_shared_experts=shared, mtp=int(cfg.get("num_nextn_predict_layers") or 0) > 0,
+                 dense_quant=dense_quant, expert_quant=expert_quant,
+                 quant_block=quant.block if "fp8_block" in (dense_quant, expert_quant) else 0,
+                 hf_id=hf_id)
 
 
 def _shared_module(cfg: dict[str, Any]) -> str:
@@ -506,7 +641,7 @@ def _model(cfg: dict[str, Any], quant: _Quant, where: str, name: str, hf_id: str
                  v_head_dim=int(cfg.get("v_head_dim") or 0) if mla else 0,
                  sliding_window=window, sliding_window_layers=window_layers,
                  full_attention_kv_heads=full_kv_heads, full_attention_head_dim=full_head_dim,
-                 linear_attention=gdn,
+                 mamba_layers=gdn,
                  num_experts=experts, experts_per_token=per_token, moe_intermediate_size=moe_width,
                  num_shared_experts=shared, first_dense_layers=first_dense, mtp=mtp,
                  dense_quant=dense_quant, expert_quant=expert_quant,

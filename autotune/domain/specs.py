@@ -72,6 +72,43 @@ class GatedDeltaNet:
 
 
 @dataclass(frozen=True)
+class Mamba2:
+    """The Mamba2 mixer layers of a hybrid model (Nemotron-H, Nemotron-3): each keeps a causal-
+    convolution window over x, B and C and an SSM state per head per sequence
+    (vllm/model_executor/layers/mamba/mamba_mixer2.py, MambaMixer2; state shapes from
+    mamba_utils.py, MambaStateShapeCalculator.mamba2_state_shape)."""
+
+    layers: int
+    num_heads: int
+    head_dim: int
+    n_groups: int
+    state_size: int  # ssm_state_size: N
+    conv_kernel: int
+    conv_bytes: float = 2.0
+    # mamba_ssm_cache_dtype: float32 in the Nemotron configs, which vLLM follows
+    # (vllm/model_executor/models/config.py, NemotronHForCausalLMConfig).
+    recurrent_bytes: float = 4.0
+
+    @property
+    def inner_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    def groups(self, tensor_parallel_size: int) -> int:
+        """B and C groups as vLLM shards them: a single group is replicated once per rank
+        (mamba_utils.py, extra_groups_for_head_shards); otherwise the groups split evenly."""
+        tp = tensor_parallel_size
+        return self.n_groups if self.n_groups % tp == 0 else self.n_groups + tp - self.n_groups
+
+    def state_bytes(self, tensor_parallel_size: int) -> float:
+        """One layer's state of one sequence on one of `tensor_parallel_size` ranks."""
+        tp = tensor_parallel_size
+        conv_dim = self.inner_size + 2 * self.groups(tp) * self.state_size
+        conv = conv_dim / tp * (self.conv_kernel - 1) * self.conv_bytes
+        ssm = self.num_heads / tp * self.head_dim * self.state_size * self.recurrent_bytes
+        return conv + ssm
+
+
+@dataclass(frozen=True)
 class Model:
     name: str
     total_params_b: float  # billions, model card
@@ -105,8 +142,14 @@ class Model:
     # 0 = the same as every layer's (num_kv_heads, head_dim).
     full_attention_kv_heads: int = 0
     full_attention_head_dim: int = 0
-    # Hybrid models: the layers that are linear attention, not attention (None: there are none).
-    linear_attention: GatedDeltaNet | None = None
+    # Hybrid models: the layers that keep a fixed state per sequence instead of a KV cache,
+    # vLLM's "mamba" layers (MambaBase, MambaSpec: the gated delta net, Mamba2); None: none.
+    mamba_layers: GatedDeltaNet | Mamba2 | None = None
+    # Models built from a layer pattern (Nemotron-H's hybrid_override_pattern): one mixer per
+    # layer, "M" Mamba2, "*" attention, "-" MLP, "E" MoE (vllm/model_executor/models/
+    # nemotron_h.py, ALL_DECODER_LAYER_TYPES); num_layers is its length. Empty: every layer is
+    # attention (or a mamba layer) followed by an MLP or MoE.
+    layer_pattern: str = ""
     index_head_dim: int = 0
     index_topk: int = 0
     # Mixture of experts: routed experts per MoE layer (0 = dense model), how many a token
@@ -114,6 +157,10 @@ class Model:
     num_experts: int = 0
     experts_per_token: int = 0
     moe_intermediate_size: int = 0
+    # Parameters of one routed expert; 0: gate, up and down projections at the hidden width
+    # (3 x hidden_size x moe_intermediate_size). Nemotron-3's experts have two projections, at
+    # the latent width moe_latent_size where there is one.
+    params_per_expert: int = 0
     num_shared_experts: int = 0
     first_dense_layers: int = 0
     # Multi-token-prediction layers shipped with the checkpoint, which vLLM drafts with
@@ -131,13 +178,29 @@ class Model:
 
     @property
     def moe_layers(self) -> int:
+        if self.layer_pattern:
+            return self.layer_pattern.count("E")
         return self.num_layers - self.first_dense_layers if self.num_experts else 0
 
     @property
+    def full_attention_layers(self) -> int:
+        """Layers that attend to the whole context, keeping KV for every token."""
+        if self.layer_pattern:
+            return self.layer_pattern.count("*") - self.sliding_window_layers
+        mamba = self.mamba_layers.layers if self.mamba_layers else 0
+        return self.num_layers - self.sliding_window_layers - mamba
+
+    @property
+    def sublayers(self) -> int:
+        """Mixers and MLPs (or MoEs) one forward pass runs, each ending in one all-reduce under
+        tensor parallelism: two per layer, or one per layer of a layer pattern."""
+        return len(self.layer_pattern) if self.layer_pattern else 2 * self.num_layers
+
+    @property
     def routed_expert_params(self) -> float:
-        """Parameters of all routed experts together (gate, up and down projections)."""
-        return float(self.moe_layers * self.num_experts * 3 * self.hidden_size
-                     * self.moe_intermediate_size)
+        """Parameters of all routed experts together."""
+        each = self.params_per_expert or 3 * self.hidden_size * self.moe_intermediate_size
+        return float(self.moe_layers * self.num_experts * each)
 
     @property
     def weight_bytes(self) -> float:

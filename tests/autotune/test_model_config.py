@@ -155,13 +155,105 @@ def test_four_bit_experts_need_ampere(hf_id: str, broken: set[str]) -> None:
     assert found == broken
 
 
-def test_a_hybrid_mamba_config_is_refused_not_misread(tmp_path: Path) -> None:
+def test_a_mamba_pattern_without_its_mamba_fields_is_refused_not_misread(tmp_path: Path) -> None:
     cfg = json.loads((VENDORED / "Qwen--Qwen3-32B_config.json").read_text())
     cfg.update(mamba_num_heads=64, hybrid_override_pattern="M-M-M*")
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
-    with pytest.raises(ConfigError, match="hybrid_override_pattern, mamba_num_heads"):
+    with pytest.raises(ConfigError, match="field 'mamba_head_dim' is missing"):
         read_model_config(path)
+    cfg = json.loads((VENDORED / "Qwen--Qwen3-32B_config.json").read_text())
+    cfg.update(mamba_num_heads=64)  # Mamba fields without a layer pattern: not read as attention
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError, match="mamba_num_heads: layers other than attention"):
+        read_model_config(path)
+
+
+def _nemotron_h_config(**changes: object) -> dict[str, object]:
+    """A Nemotron-H config.json in the published shape (nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B's
+    fields, its pattern cut to 7 layers and given one MLP layer as Nemotron-H-56B has)."""
+    return {"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
+            "hybrid_override_pattern": "MEM*EM-", "num_hidden_layers": 7, "hidden_size": 2688,
+            "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128,
+            "mamba_num_heads": 64, "mamba_head_dim": 64, "n_groups": 8, "ssm_state_size": 128,
+            "conv_kernel": 4, "chunk_size": 128, "mamba_ssm_cache_dtype": "float32",
+            "intermediate_size": 1856, "mlp_hidden_act": "relu2", "n_routed_experts": 128,
+            "num_experts_per_tok": 6, "moe_intermediate_size": 1856, "n_shared_experts": 1,
+            "moe_shared_expert_intermediate_size": 3712, "vocab_size": 131072,
+            "max_position_embeddings": 262144, "tie_word_embeddings": False, **changes}
+
+
+def test_a_nemotron_h_layer_pattern_is_built_as_vllm_builds_it(tmp_path: Path) -> None:
+    m = read_model_config(_write(tmp_path, _nemotron_h_config()))
+    mamba = m.mamba_layers
+    assert isinstance(mamba, catalogue.Mamba2) and mamba.layers == 3
+    assert (m.num_layers, m.full_attention_layers, m.moe_layers, m.sublayers) == (7, 1, 2, 7)
+    hidden, inner, bc = 2688, 64 * 64, 2 * 8 * 128
+    # vllm/model_executor/layers/mamba/mamba_mixer2.py, MambaMixer2: in_proj to z, x, B, C and
+    # one dt per head; conv1d over x, B and C; out_proj.
+    mamba_layer = hidden * (2 * inner + bc + 64) + (inner + bc) * 4 + inner * hidden
+    attention_layer = hidden * (32 + 2 * 2) * 128 + 32 * 128 * hidden  # no output gate
+    mlp_layer = 2 * hidden * 1856  # NemotronHMLP: up and down (relu2)
+    expert = 2 * hidden * 1856
+    moe_layer = 128 * expert + 2 * hidden * 3712 + 128 * hidden  # experts, shared, router
+    embed = 131072 * hidden
+    total = 3 * mamba_layer + attention_layer + mlp_layer + 2 * moe_layer + 2 * embed
+    assert m.total_params_b == pytest.approx(total / 1e9, abs=1e-3)
+    assert m.active_params_b == pytest.approx((total - embed - 2 * 122 * expert) / 1e9, abs=1e-3)
+    assert m.params_per_expert == expert and m.routed_expert_params == 2 * 128 * expert
+    # MambaStateShapeCalculator.mamba2_state_shape: a (4096 + 2 x 8 x 128) x 3 window in bf16,
+    # a 64 x 64 x 128 SSM state in float32 (mamba_ssm_cache_dtype); both split over TP ranks.
+    assert mamba.state_bytes(1) == 6144 * 3 * 2 + 64 * 64 * 128 * 4 == 2_134_016
+    assert mamba.state_bytes(4) == 2_134_016 / 4
+    # A single group is replicated once per rank (extra_groups_for_head_shards).
+    assert read_model_config(_write(tmp_path, _nemotron_h_config(n_groups=1))).mamba_layers \
+        .groups(4) == 4
+    # The latent MoE (Nemotron-3 Super, Ultra): experts at moe_latent_size, projections around them.
+    latent = read_model_config(_write(tmp_path, _nemotron_h_config(moe_latent_size=1024)))
+    assert latent.params_per_expert == 2 * 1024 * 1856
+    assert latent.total_params_b == pytest.approx(
+        (total - 2 * 128 * expert + 2 * (128 * 2 * 1024 * 1856 + 2 * hidden * 1024)) / 1e9, abs=1e-3)
+
+
+def test_a_layers_block_type_list_reads_as_its_pattern(tmp_path: Path) -> None:
+    names = ["mamba", "moe", "linear_attention", "attention", "moe", "mamba", "mlp"]
+    cfg = _nemotron_h_config(layers_block_type=names)
+    del cfg["hybrid_override_pattern"], cfg["num_hidden_layers"]
+    assert read_model_config(_write(tmp_path, cfg)).layer_pattern == "MEM*EM-"
+
+
+@pytest.mark.parametrize("changes, fragment", [
+    ({"hybrid_override_pattern": "MEX*"}, "hybrid_override_pattern 'MEX\\*' is not a string"),
+    ({"hybrid_override_pattern": None, "layers_block_type": ["mamba", "sliding"]},
+     "layers_block_type 'sliding' is not a layer kind"),
+    ({"intermediate_size": [1856, 2048]}, "one width for every MLP layer"),
+    ({"n_groups": None}, "field 'n_groups' is missing"),
+    ({"mamba_ssm_cache_dtype": "float8"}, "mamba_ssm_cache_dtype 'float8'"),
+])
+def test_a_bad_nemotron_h_config_is_one_line(tmp_path: Path, changes: dict[str, object],
+                                             fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        read_model_config(_write(tmp_path, _nemotron_h_config(**changes)))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
+                    reason="the aiconfigurator extra is not installed")
+@pytest.mark.parametrize("hf_id, total_b, active_b, formats", [
+    ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", 31.6, 3.2, ("bf16", "bf16")),
+    # Attention and the Mamba layers before it kept in bf16; most Mamba layers are FP4.
+    ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4", 31.6, 3.2, ("nvfp4", "nvfp4")),
+    # MIXED_PRECISION: Mamba projections FP8, experts W4A16 NVFP4.
+    ("nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4", 31.6, 3.2, ("fp8", "nvfp4")),
+    ("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8", 120.7, 12.2, ("fp8", "fp8")),
+    ("nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16", 549.3, 55.0, ("bf16", "bf16")),
+    ("nvidia/Nemotron-H-56B-Base-8K", 56.3, 55.2, ("bf16", "bf16")),
+])
+def test_the_bundled_nemotron_configs_derive_the_sizes_their_names_give(
+        hf_id: str, total_b: float, active_b: float, formats: tuple[str, str]) -> None:
+    m = catalogue.model(hf_id)
+    assert m.total_params_b == pytest.approx(total_b, abs=0.05)
+    assert m.active_params_b == pytest.approx(active_b, abs=0.05)
+    assert (m.dense_quant, m.expert_quant if m.num_experts else "bf16") == formats
 
 
 def _gemma4_text_config(**changes: object) -> dict[str, object]:
@@ -267,8 +359,8 @@ def _qwen35_text_config(**changes: object) -> dict[str, object]:
 
 def test_qwen35_gated_delta_net_layers_are_read_as_vllm_builds_them(tmp_path: Path) -> None:
     m = read_model_config(_write(tmp_path, _qwen35_text_config()))
-    gdn = m.linear_attention
-    assert gdn is not None and gdn.layers == 6
+    gdn = m.mamba_layers
+    assert isinstance(gdn, catalogue.GatedDeltaNet) and gdn.layers == 6
     assert (gdn.num_key_heads, gdn.num_value_heads, gdn.key_head_dim, gdn.value_head_dim,
             gdn.conv_kernel) == (16, 48, 128, 128, 4)
     assert gdn.recurrent_bytes == 4.0  # mamba_ssm_dtype float32
@@ -285,8 +377,8 @@ def test_qwen35_gated_delta_net_layers_are_read_as_vllm_builds_them(tmp_path: Pa
     text = _qwen35_text_config()["text_config"]
     del text["layer_types"], text["mamba_ssm_dtype"]
     plain = read_model_config(_write(tmp_path, text))
-    assert plain.linear_attention is not None and plain.linear_attention.layers == 6
-    assert plain.linear_attention.recurrent_bytes == 2.0  # the model's dtype
+    assert plain.mamba_layers is not None and plain.mamba_layers.layers == 6
+    assert plain.mamba_layers.recurrent_bytes == 2.0  # the model's dtype
 
 
 @pytest.mark.parametrize("changes, fragment", [

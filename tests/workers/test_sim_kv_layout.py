@@ -17,7 +17,7 @@ from autotune.workers.sim.engine import replay_closed_loop, start_perf
 from autotune.workers.sim.kv_layout import kv_layout
 from autotune.workers.sim.profile import BUNDLED, load_profile
 from autotune.workers.sim.shape import engine_shape
-from tests.autotune.test_model_config import _qwen35_text_config
+from tests.autotune.test_model_config import _nemotron_h_config, _qwen35_text_config
 
 BUNDLED_GPU = load_profile(BUNDLED / "gpu.yaml")
 
@@ -126,3 +126,55 @@ def test_the_simulated_engine_runs_a_hybrid_model_at_vllms_block_size(tmp_path: 
                                max_model_len=16384)
     with pytest.raises(EngineStartError, match="tp_fits_linear_attention_heads"):
         start_perf(engine_shape(vllm_defaults(odd), odd), odd, BUNDLED_GPU)
+
+
+def _nemotron_nano(tmp_path: Path, **changes: object) -> str:
+    """nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B's architecture (52 layers: 23 Mamba2, 23 MoE,
+    6 attention)."""
+    pattern = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
+    cfg = _nemotron_h_config(hybrid_override_pattern=pattern, num_hidden_layers=52, **changes)
+    path = tmp_path / ("-".join(f"{k}{v}" for k, v in changes.items()) or "nano") / "config.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+def test_mamba2_layers_hold_a_state_and_only_attention_layers_grow(tmp_path: Path) -> None:
+    nano = model(_nemotron_nano(tmp_path))
+    layout = kv_layout(nano, "auto", 1)
+    state = (64 * 64 + 2 * 8 * 128) * 3 * 2 + 64 * 64 * 128 * 4  # mamba2_state_shape, 2,134,016 B
+    assert layout.bytes_per_token == 6 * 2 * 2 * 128 * 2  # K and V of 2 heads x 128, 6 layers
+    assert layout.fixed_bytes_per_seq == 23 * state
+    assert layout.read_fixed_bytes_per_seq == 2 * 23 * state  # read and written back
+
+
+@pytest.mark.parametrize("tp, expected", [
+    (1, 2112),  # 64 x ceil(2,134,016 / (64 x 1,024))
+    (2, 2112),  # one KV head per rank, half the state
+    (4, 1088),  # KV heads replicated: the page stays, the state quarters: 64 x 17
+])
+def test_vllm_raises_a_mamba2_models_block_size_until_a_page_holds_a_state(
+        tmp_path: Path, tp: int, expected: int) -> None:
+    dep = DeploymentSpec.build(name="n", model=_nemotron_nano(tmp_path), gpu="H100",
+                               gpu_count=tp, tensor_parallel_size=tp, max_model_len=16384)
+    assert effective_values(EngineConfig.from_mapping({"tensor_parallel_size": tp}),
+                            dep)["block_size"] == expected
+
+
+def test_the_simulated_engine_runs_a_nemotron_h_model_as_vllm_would(tmp_path: Path) -> None:
+    dep = DeploymentSpec.build(name="n", model=_nemotron_nano(tmp_path), gpu="H100", gpu_count=2,
+                               tensor_parallel_size=2, max_model_len=16384)
+    perf = start_perf(engine_shape(vllm_defaults(dep), dep), dep, BUNDLED_GPU)
+    assert perf.block_size == 2112
+    result = replay_closed_loop(perf, np.full(8, 1000), np.full(8, 50), 4, seed=0)
+    assert not result.failed.any() and result.engine_stats["kv_block_tokens"] == 2112
+    # One all-reduce per layer of a pattern (each is one mixer), two per transformer layer.
+    slow = BUNDLED_GPU.with_coefficients(
+        allreduce_latency_s=BUNDLED_GPU.coefficients.allreduce_latency_s + 1e-3)
+    slower = start_perf(engine_shape(vllm_defaults(dep), dep), dep, slow)
+    assert slower._base_s(1, True) - perf._base_s(1, True) == pytest.approx(52 * 1e-3)
+    # 8 B/C groups do not split over 16 ranks (the 64 heads and 32 attention heads do).
+    wide = DeploymentSpec.build(name="n16", model=_nemotron_nano(tmp_path), gpu="H100",
+                                gpu_count=16, tensor_parallel_size=16, max_model_len=16384)
+    with pytest.raises(EngineStartError, match="tp_fits_mamba_heads"):
+        start_perf(engine_shape(vllm_defaults(wide), wide), wide, BUNDLED_GPU)

@@ -4,8 +4,9 @@ Three layouts:
 - standard (GQA/MHA): K and V per KV head per layer; the heads are split over tensor-parallel
   ranks (and replicated once there are more ranks than KV heads); sliding-window layers
   (gpt-oss, Gemma 4) hold a fixed window per sequence, and full-attention layers may have KV
-  heads and a head width of their own (Gemma 4); linear-attention layers of a hybrid model
-  (Qwen3.5's gated delta net) hold a fixed state per sequence, read and written each decode step;
+  heads and a head width of their own (Gemma 4); the mamba layers of a hybrid model (Qwen3.5's
+  gated delta net, Nemotron-H's Mamba2) hold a fixed state per sequence, read and written each
+  decode step;
 - MLA (DeepSeek-V3): one latent of kv_lora_rank + rope dims per layer, replicated on every rank;
 - DeepSeek-V4 hybrid: every layer keeps a raw sliding window of `sliding_window` entries (a
   fixed cost per sequence); CSA layers (ratio 4) add one compressed entry per 4 tokens plus an
@@ -57,12 +58,12 @@ def kv_layout(model: Model, kv_cache_dtype: str, tensor_parallel_size: int,
         # `window` pairs per query) are left out; the full layers' grow with the context.
         # Gemma 4's full layers have their own KV heads and head width
         # (vllm/model_executor/models/gemma4.py, Gemma4DecoderLayer.__init__).
-        # Linear-attention layers (Qwen3.5) hold a fixed state per sequence, which a decode
-        # step reads and writes back.
-        gdn = model.linear_attention
-        linear = gdn.layers if gdn else 0
-        state = gdn.state_bytes(tp) if gdn else 0.0
-        full = layers - model.sliding_window_layers - linear
+        # Mamba layers (Qwen3.5's gated delta net, Nemotron-H's Mamba2) hold a fixed state per
+        # sequence, which a decode step reads and writes back.
+        mamba = model.mamba_layers
+        linear = mamba.layers if mamba else 0
+        state = mamba.state_bytes(tp) if mamba else 0.0
+        full = model.full_attention_layers
         full_head_dim = model.full_attention_head_dim or model.head_dim
         window = (model.sliding_window * per_layer(model.num_kv_heads, model.head_dim)
                   * model.sliding_window_layers)

@@ -152,7 +152,10 @@ class PerfModel:
         self._uncapped = self.layout.attended_cap_tokens == float("inf")
         self._base_cache: dict[object, float] = {}
         self._regimes: dict[int, tuple[list[float], list[tuple[float, float]]]] = {}
-        self._block_cost = c.block_s * model.num_layers
+        # Per-layer costs are fitted on layers of a mixer and an MLP each; a layer pattern's
+        # layers are one of them (Nemotron-H), half a layer each.
+        self._layer_units = model.sublayers / 2
+        self._block_cost = c.block_s * self._layer_units
         self._cpu_step, self._cpu_seq, self._cpu_token = (c.cpu_step_s, c.cpu_seq_s,
                                                           c.cpu_prefill_token_s)
         self._cpu_small_seq, self._small_batch = c.cpu_small_batch_seq_s, c.small_batch_seqs
@@ -226,7 +229,7 @@ class PerfModel:
         linear_flops = 2 * (dense_active * tokens / tp
                             + self.active_expert_params * moe_tokens / ranks / c.moe_efficiency)
         base = (max(weight_bytes / self.hbm_bps, linear_flops / self.flops)
-                + c.layer_floor_s * m.num_layers)
+                + c.layer_floor_s * self._layer_units)
         link_bps = self.gpu.link_gb_s * 1e9
         dp = self.shape.data_parallel_size
         dep = self.shape.enable_expert_parallel and dp > 1 and m.num_experts > 0
@@ -236,12 +239,12 @@ class PerfModel:
             # reduce-scatters their results back.
             gathered_bytes = (moe_tokens - tokens) * m.hidden_size * 2
             base += 2 * m.moe_layers * (c.allreduce_latency_s + gathered_bytes / link_bps)
-        if tp > 1:  # after attention on every layer, after each MLP (MoE: not under DEP)
-            allreduces = 2 * m.num_layers - (m.moe_layers if dep else 0)
+        if tp > 1:  # after every mixer and every MLP (MoE: not under DEP)
+            allreduces = m.sublayers - (m.moe_layers if dep else 0)
             base += allreduces * (c.allreduce_latency_s
                                   + tokens * m.hidden_size * 2 * 2 * (tp - 1) / tp / link_bps)
         if not graphed and (not self.graphs or tokens > self.graphs[-1]):
-            base += c.eager_layer_s * m.num_layers  # (piecewise) graphs cover the rest
+            base += c.eager_layer_s * self._layer_units  # (piecewise) graphs cover the rest
         self._base_cache[key] = base
         return base
 

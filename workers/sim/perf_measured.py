@@ -32,7 +32,7 @@ class MeasuredPerfModel(PerfModel):
                  table: StepTable, cpu_kvcache_space_gib: float = 1.0) -> None:
         super().__init__(gpu, model, shape, profile, cpu_kvcache_space_gib)
         self.table = table
-        self._eager_s = profile.coefficients.eager_layer_s * model.num_layers
+        self._eager_s = profile.coefficients.eager_layer_s * model.sublayers / 2
 
     def _gpu_s(self, seqs: int, decode_kv_tokens: float, prefill_tokens: int, prefill_seqs: int,
                prefill_attn_pairs: float, graphed: bool) -> float:
