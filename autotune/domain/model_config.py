@@ -105,8 +105,13 @@ def _refuse_hybrid(cfg: dict[str, Any], where: str) -> None:
     delta nets: read as plain attention it would be modelled wrong without a word."""
     gdn = _is_gated_delta_net(cfg)
     odd = sorted(k for k in cfg if k.startswith(_HYBRID_PREFIXES)
-                 and not (gdn and k in _GDN_FIELDS))
+                 and not (gdn and k in _GDN_FIELDS)
+                 and not (k == "hybrid_layer_pattern" and _is_mimo_sliding(cfg)))
     known = _KNOWN_LAYER_TYPES | ({"linear_attention"} if gdn else set())
+    if cfg.get("kv_lora_rank") is not None and cfg.get("index_topk"):
+        # GLM-5.2's MLA layers with DeepSeek-V3.2's sparse indexer (vllm/models/deepseek_v32,
+        # GlmMoeDsaForCausalLM), read as MLA attention as GLM-5's are (see the source note).
+        known |= {"deepseek_sparse_attention"}
     odd += [f"layer_types {t!r}" for t in sorted(set(cfg.get("layer_types") or []))
             if t not in known]
     if odd:
@@ -292,6 +297,30 @@ def _layer_pattern_model(cfg: dict[str, Any], pattern: str, quant: _Quant, where
                  dense_quant=dense_quant, expert_quant=expert_quant,
                  quant_block=quant.block if "fp8_block" in (dense_quant, expert_quant) else 0,
                  hf_id=hf_id)
+
+
+def _is_mimo_sliding(cfg: dict[str, Any]) -> bool:
+    """MiMo-V2-Flash's hybrid_layer_pattern: 1 marks a sliding-window layer."""
+    pattern = cfg.get("hybrid_layer_pattern")
+    return isinstance(pattern, list) and set(pattern) <= {0, 1} and "swa_head_dim" in cfg
+
+
+def _mimo_layer_types(cfg: dict[str, Any], layers: int, heads: int, where: str) -> list[str]:
+    """MiMo-V2-Flash's layers as layer_types would name them: hybrid_layer_pattern's 1s are
+    sliding-window layers (vllm/model_executor/models/mimo_v2.py,
+    MiMoV2FlashDecoderLayer.is_swa_layer), built with the swa_* heads. Refused where the two
+    kinds differ in what one Model cannot hold: query heads or V head width."""
+    pattern = cfg["hybrid_layer_pattern"]
+    if len(pattern) != layers:
+        raise ConfigError(f"{where}: hybrid_layer_pattern has {len(pattern)} entries for "
+                          f"{layers} layers")
+    for swa, full in (("swa_num_attention_heads", heads),
+                      ("swa_v_head_dim", cfg.get("v_head_dim"))):
+        if cfg.get(swa) not in (None, full):
+            raise ConfigError(f"{where}: {swa} {cfg.get(swa)} differs from the full-attention "
+                              f"layers' {full}; sliding layers of other query heads or V width "
+                              "are not modelled")
+    return ["sliding_attention" if p else "full_attention" for p in pattern]
 
 
 def _shared_module(cfg: dict[str, Any]) -> str:
@@ -551,6 +580,7 @@ def _model(cfg: dict[str, Any], quant: _Quant, where: str, name: str, hf_id: str
     else:
         kv_heads = int(cfg.get("num_key_value_heads") or heads)
         head_dim = int(cfg.get("head_dim") or hidden // heads)
+    gqa_v_dim = 0  # GQA's V head width where it is not the K head width
 
     # gpt-oss, Gemma 4, Qwen3.5: layer_types names each layer; sliding layers attend to
     # sliding_window tokens. (gpt-oss's per-head attention sinks are one learned logit per head:
@@ -558,21 +588,31 @@ def _model(cfg: dict[str, Any], quant: _Quant, where: str, name: str, hf_id: str
     layer_types = cfg.get("layer_types") or []
     gdn = _gated_delta_net(cfg, layers, where) if _is_gated_delta_net(cfg) else None
     linear_layers = gdn.layers if gdn else 0
-    window_layers = sum(1 for t in layer_types if t == "sliding_attention")
-    window = int(cfg.get("sliding_window") or 0) if window_layers else 0
     # Gemma 4's full-attention layers: head width global_head_dim, and with attention_k_eq_v
     # num_global_key_value_heads KV heads, whose K vLLM loads into both the K and the V slot
     # (vllm/model_executor/models/gemma4.py, Gemma4DecoderLayer.__init__, Gemma4Attention).
     full_head_dim = int(cfg.get("global_head_dim") or 0) if layer_types else 0
     full_kv_heads = (int(cfg.get("num_global_key_value_heads") or 0)
                      if layer_types and cfg.get("attention_k_eq_v") else 0)
+    if _is_mimo_sliding(cfg):
+        # MiMo-V2-Flash: its sliding layers' attention has KV heads of its own (swa_*), and
+        # the full layers' are the plain fields; both have V heads narrower than K.
+        layer_types = _mimo_layer_types(cfg, layers, heads, where)
+        full_kv_heads, full_head_dim = kv_heads, head_dim
+        kv_heads = _need(cfg, "swa_num_key_value_heads", where)
+        head_dim = _need(cfg, "swa_head_dim", where)
+        gqa_v_dim = _need(cfg, "v_head_dim", where)
+    window_layers = sum(1 for t in layer_types if t == "sliding_attention")
+    window = int(_first(cfg, "sliding_window_size", "sliding_window") or 0) if window_layers else 0
     if not mla:
         # Qwen3.5's and Qwen3-Next's attn_output_gate: q_proj also gives a gate per head
         # (vllm/model_executor/models/qwen3_next.py, Qwen3NextAttention).
         q_width = 2 if cfg.get("attn_output_gate") else 1
 
         def attn_per_layer(kv: int, dim: int) -> int:  # q, k, v and o projections
-            return (q_width + 1) * hidden * heads * dim + 2 * hidden * kv * dim
+            v_dim = gqa_v_dim or dim
+            return (q_width * hidden * heads * dim + heads * v_dim * hidden
+                    + hidden * kv * (dim + v_dim))
 
         full_layers = layers - window_layers - linear_layers
         attn = (attn_per_layer(kv_heads, head_dim) * window_layers
@@ -613,7 +653,8 @@ def _model(cfg: dict[str, Any], quant: _Quant, where: str, name: str, hf_id: str
     arch = ",".join(cfg.get("architectures") or [cfg.get("model_type", "?")])
     source = (f"{where} ({arch}): {layers} layers, hidden {hidden}, {heads} heads, "
               + (f"MLA kv_lora_rank {cfg.get('kv_lora_rank')} + rope {cfg.get('qk_rope_head_dim')}"
-                 if mla else f"{kv_heads} KV heads of dim {head_dim}")
+                 if mla else f"{kv_heads} KV heads of dim {head_dim}"
+                 + (f" (V {gqa_v_dim})" if gqa_v_dim else ""))
               + (f", {window_layers} sliding-window layers of {window}" if window_layers else "")
               + (f", full-attention layers {full_kv_heads or kv_heads} KV heads of dim "
                  f"{full_head_dim or head_dim}" if full_kv_heads or full_head_dim else "")
@@ -638,7 +679,7 @@ def _model(cfg: dict[str, Any], quant: _Quant, where: str, name: str, hf_id: str
                  dense_width, source,
                  kv_lora_rank=int(cfg.get("kv_lora_rank") or 0) if mla else 0,
                  qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0) if mla else 0,
-                 v_head_dim=int(cfg.get("v_head_dim") or 0) if mla else 0,
+                 v_head_dim=int(cfg.get("v_head_dim") or 0) if mla else gqa_v_dim,
                  sliding_window=window, sliding_window_layers=window_layers,
                  full_attention_kv_heads=full_kv_heads, full_attention_head_dim=full_head_dim,
                  mamba_layers=gdn,

@@ -129,7 +129,9 @@ class Model:
     source: str
     kv_lora_rank: int = 0  # MLA latent width
     qk_rope_head_dim: int = 0  # MLA / DSV4 rotary part of each entry
-    v_head_dim: int = 0  # MLA
+    # MLA: the value head width. GQA: the V head width where it is not the K head width
+    # (MiMo-V2-Flash: K 192, V 128, every layer); 0 = each layer's head width.
+    v_head_dim: int = 0
     # DSV4 hybrid attention: per-layer compression ratio (0 = sliding window only), the raw
     # window every layer keeps, and the CSA indexer's key width and top-k.
     compress_ratios: tuple[int, ...] = ()

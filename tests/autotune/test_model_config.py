@@ -169,6 +169,62 @@ def test_a_mamba_pattern_without_its_mamba_fields_is_refused_not_misread(tmp_pat
         read_model_config(path)
 
 
+def _mimo_v2_flash_config(**changes: object) -> dict[str, object]:
+    """A MiMo-V2-Flash config.json in the published shape (XiaomiMiMo/MiMo-V2-Flash's fields,
+    layers cut to 6: full, 4 sliding, full; the first dense)."""
+    return {"architectures": ["MiMoV2FlashForCausalLM"], "model_type": "mimo_v2_flash",
+            "num_hidden_layers": 6, "hidden_size": 4096, "num_attention_heads": 64,
+            "num_key_value_heads": 4, "head_dim": 192, "v_head_dim": 128,
+            "swa_num_attention_heads": 64, "swa_num_key_value_heads": 8, "swa_head_dim": 192,
+            "swa_v_head_dim": 128, "sliding_window": 128, "sliding_window_size": 128,
+            "hybrid_layer_pattern": [0, 1, 1, 1, 1, 0], "moe_layer_freq": [0, 1, 1, 1, 1, 1],
+            "intermediate_size": 16384, "moe_intermediate_size": 2048, "n_routed_experts": 256,
+            "n_shared_experts": None, "num_experts_per_tok": 8, "vocab_size": 152576,
+            "max_position_embeddings": 262144, "add_swa_attention_sink_bias": True,
+            "tie_word_embeddings": False, **changes}
+
+
+def test_mimo_v2_flash_sliding_layers_are_read_with_their_own_heads(tmp_path: Path) -> None:
+    m = read_model_config(_write(tmp_path, _mimo_v2_flash_config()))
+    assert (m.sliding_window_layers, m.sliding_window, m.full_attention_layers) == (4, 128, 2)
+    assert (m.num_kv_heads, m.head_dim, m.full_attention_kv_heads, m.v_head_dim) == (8, 192, 4, 128)
+    hidden = 4096
+
+    def attention(kv: int) -> int:  # vllm/model_executor/models/mimo_v2.py, MiMoV2Attention
+        return hidden * 64 * 192 + hidden * kv * (192 + 128) + 64 * 128 * hidden
+
+    total = (4 * attention(8) + 2 * attention(4) + 3 * hidden * 16384
+             + 5 * (256 * 3 * hidden * 2048 + 256 * hidden) + 2 * 152576 * hidden)
+    assert m.total_params_b == pytest.approx(total / 1e9, abs=1e-3)
+    layout = kv_layout(m, "auto", 1)
+    assert layout.bytes_per_token == 2 * 4 * (192 + 128) * 2  # full layers: K 192 and V 128
+    assert layout.fixed_bytes_per_seq == 4 * 128 * 8 * (192 + 128) * 2  # sliding windows
+
+
+@pytest.mark.parametrize("changes, fragment", [
+    ({"swa_v_head_dim": 192}, "swa_v_head_dim 192 differs"),
+    ({"hybrid_layer_pattern": [0, 1, 1]}, "hybrid_layer_pattern has 3 entries for 6 layers"),
+    ({"hybrid_layer_pattern": [0, 2, 1, 1, 1, 0]}, "hybrid_layer_pattern: layers other than"),
+])
+def test_a_bad_mimo_config_is_one_line(tmp_path: Path, changes: dict[str, object],
+                                       fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        read_model_config(_write(tmp_path, _mimo_v2_flash_config(**changes)))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
+                    reason="the aiconfigurator extra is not installed")
+@pytest.mark.parametrize("hf_id, total_b, active_b", [
+    ("XiaomiMiMo/MiMo-V2-Flash", 309, 15),
+    # Every layer DeepSeek-V3.2's sparse attention (layer_types): read as GLM-5's MLA is.
+    ("nvidia/GLM-5.2-NVFP4", 744, 40), ("nvidia/GLM-5.3-NVFP4", 744, 40)])
+def test_the_bundled_mimo_and_glm52_configs_derive_the_sizes_their_cards_give(
+        hf_id: str, total_b: float, active_b: float) -> None:
+    m = catalogue.model(hf_id)
+    assert m.total_params_b == pytest.approx(total_b, rel=0.01)
+    assert m.active_params_b == pytest.approx(active_b, rel=0.03)
+
+
 def _nemotron_h_config(**changes: object) -> dict[str, object]:
     """A Nemotron-H config.json in the published shape (nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B's
     fields, its pattern cut to 7 layers and given one MLP layer as Nemotron-H-56B has)."""

@@ -50,7 +50,7 @@ def kv_layout(model: Model, kv_cache_dtype: str, tensor_parallel_size: int,
     heads_gpu = max(1.0, model.num_heads / tp, float(min_q_heads))
     if model.attention == GQA:
         def per_layer(kv_heads: int, head_dim: int) -> float:  # K and V, this GPU's share
-            return 2 * max(1.0, kv_heads / tp) * head_dim * elem
+            return max(1.0, kv_heads / tp) * (head_dim + (model.v_head_dim or head_dim)) * elem
 
         # Sliding-window layers (gpt-oss, Gemma 4) keep and read only their window: a fixed
         # cost per sequence, as vLLM's SlidingWindowManager frees the blocks behind it
@@ -69,7 +69,8 @@ def kv_layout(model: Model, kv_cache_dtype: str, tensor_parallel_size: int,
                   * model.sliding_window_layers)
         per_token = per_layer(model.full_attention_kv_heads or model.num_kv_heads,
                               full_head_dim) * full
-        flops = 4 * heads_gpu * full_head_dim * full  # QK^T and PV, 2 FLOPs per MAC
+        # QK^T and PV, 2 FLOPs per MAC.
+        flops = 2 * heads_gpu * (full_head_dim + (model.v_head_dim or full_head_dim)) * full
         # The state's page is padded to the block's attention page (effective_values raises the
         # block size until one holds it); counted unpadded, it takes as many blocks.
         return KVLayout(per_token, window + linear * state, per_token,
