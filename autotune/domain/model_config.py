@@ -20,7 +20,7 @@ import fnmatch
 import json
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ class _Quant:
     # ModelOpt MIXED_PRECISION: each listed module's format (module path, format); a module not
     # listed stays unquantised. Empty for one format throughout.
     per_module: tuple[tuple[str, str], ...] = ()
+    kv_cache_dtype: str = ""  # the KV cache dtype a ModelOpt config declares ("": none)
 
     def bytes_of(self, fmt: str) -> float:
         """Bytes per parameter of a part served in `fmt`."""
@@ -285,7 +286,9 @@ def _layer_pattern_model(cfg: dict[str, Any], pattern: str, quant: _Quant, where
               + (f"; {experts} routed experts + {shared} shared of {shared_width}, {per_token} per "
                  f"token, width {moe_width}" + (f" at latent width {latent}" if latent else "")
                  if experts else "")
-              + f"; vocab {vocab}; weights {dense_quant}/{expert_quant}; total "
+              + f"; vocab {vocab}; weights {dense_quant}/{expert_quant}"
+              + (f", KV cache {quant.kv_cache_dtype} as declared" if quant.kv_cache_dtype else "")
+              + "; total "
               f"{total / 1e9:.1f}B and active {active / 1e9:.1f}B derived from the architecture "
               "(autotune/domain/model_config.py)")
     return Model(name, round(total / 1e9, 3), round(active / 1e9, 3), round(dense_bytes, 4),
@@ -296,7 +299,7 @@ def _layer_pattern_model(cfg: dict[str, Any], pattern: str, quant: _Quant, where
                  num_shared_experts=shared, mtp=int(cfg.get("num_nextn_predict_layers") or 0) > 0,
                  dense_quant=dense_quant, expert_quant=expert_quant,
                  quant_block=quant.block if "fp8_block" in (dense_quant, expert_quant) else 0,
-                 hf_id=hf_id)
+                 checkpoint_kv_cache_dtype=quant.kv_cache_dtype, hf_id=hf_id)
 
 
 def _is_mimo_sliding(cfg: dict[str, Any]) -> bool:
@@ -425,11 +428,13 @@ def _quant(qcfg: dict[str, Any] | None, where: str) -> _Quant:
     if method.startswith("modelopt"):
         # vllm/model_executor/layers/quantization/modelopt.py QUANT_ALGOS.
         algo = str(qcfg.get("quant_algo", "")).upper()
+        kv = _modelopt_kv_cache_dtype(qcfg)
         if algo in _MODELOPT_FORMATS:
             fmt = _MODELOPT_FORMATS[algo]
-            return _Quant(fmt, 128 if fmt == "fp8_block" else 0, QUANT_FORMATS[fmt], excluded)
+            return _Quant(fmt, 128 if fmt == "fp8_block" else 0, QUANT_FORMATS[fmt], excluded,
+                          kv_cache_dtype=kv)
         if algo == "MIXED_PRECISION":
-            return _mixed_precision(qcfg, excluded, where)
+            return replace(_mixed_precision(qcfg, excluded, where), kv_cache_dtype=kv)
         raise ConfigError(f"{where}: ModelOpt quant_algo {algo or 'missing'!r} is not one autotune "
                           f"knows ({', '.join([*_MODELOPT_FORMATS, 'MIXED_PRECISION'])})")
     if method == "compressed-tensors":
@@ -443,6 +448,21 @@ def _quant(qcfg: dict[str, Any] | None, where: str) -> _Quant:
 # does to a percent; W4A16_NVFP4 (weight-only) weighs as NVFP4 and is read as NVFP4.
 _MODELOPT_FORMATS = {"FP8": "fp8", "FP8_PER_CHANNEL_PER_TOKEN": "fp8", "FP8_PB_WO": "fp8_block",
                      "NVFP4": "nvfp4", "W4A16_NVFP4": "nvfp4", "MXFP8": "fp8"}
+
+
+def _modelopt_kv_cache_dtype(qcfg: dict[str, Any]) -> str:
+    """The KV cache dtype vLLM serves for "auto" from a ModelOpt config's kv_cache_scheme or
+    kv_cache_quant_algo (vllm/utils/torch_utils.py, get_kv_cache_quant_algo_string: FP8 is
+    fp8_e4m3, a 4-bit float scheme nvfp4, anything else the model's dtype); "" for none."""
+    kv = qcfg.get("kv_cache_scheme") or qcfg.get("kv_cache_quant_algo")
+    if isinstance(kv, dict):
+        if kv.get("dynamic") is False and kv.get("num_bits") == 8 and kv.get("type") == "float":
+            kv = "fp8"
+        elif kv.get("num_bits") == 4 and kv.get("type") == "float":
+            kv = "nvfp4"
+        else:
+            return ""
+    return {"fp8": "fp8_e4m3", "nvfp4": "nvfp4"}.get(str(kv).lower(), "") if kv else ""
 
 
 def _mixed_precision(qcfg: dict[str, Any], excluded: tuple[str, ...], where: str) -> _Quant:
@@ -670,7 +690,9 @@ def _model(cfg: dict[str, Any], quant: _Quant, where: str, name: str, hf_id: str
               + ("; its sparse indexer (index_topk, sparse_attention_config) is not modelled: "
                  "attention reads every context token" if cfg.get("index_topk")
                  or (cfg.get("sparse_attention_config") or {}).get("use_sparse_attention") else "")
-              + f"; vocab {vocab}; weights {dense_quant}/{expert_quant}; total "
+              + f"; vocab {vocab}; weights {dense_quant}/{expert_quant}"
+              + (f", KV cache {quant.kv_cache_dtype} as declared" if quant.kv_cache_dtype else "")
+              + "; total "
               f"{total / 1e9:.1f}B and active {active / 1e9:.1f}B derived from the architecture "
               "(autotune/domain/model_config.py)")
     return Model(name, round(total / 1e9, 3), round(active / 1e9, 3), round(dense_bytes, 4),
@@ -687,4 +709,4 @@ def _model(cfg: dict[str, Any], quant: _Quant, where: str, name: str, hf_id: str
                  num_shared_experts=shared, first_dense_layers=first_dense, mtp=mtp,
                  dense_quant=dense_quant, expert_quant=expert_quant,
                  quant_block=quant.block if "fp8_block" in (dense_quant, expert_quant) else 0,
-                 hf_id=hf_id)
+                 checkpoint_kv_cache_dtype=quant.kv_cache_dtype, hf_id=hf_id)

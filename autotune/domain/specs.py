@@ -173,6 +173,10 @@ class Model:
     dense_quant: str = "bf16"
     expert_quant: str = "bf16"
     quant_block: int = 0  # the block of a block-wise quantisation (128); 0 = none
+    # The KV cache dtype the checkpoint's ModelOpt quantisation config declares (its
+    # kv_cache_quant_algo or kv_cache_scheme), which vLLM serves when --kv-cache-dtype is
+    # "auto": "fp8_e4m3"; empty where it declares none.
+    checkpoint_kv_cache_dtype: str = ""
     # The checkpoint's Hugging Face id, as vLLM's recipe (vllm-project/recipes,
     # models/<org>/<model>.yaml) serves it: what a published config names as `model` when the
     # deployment's campaigns loaded no other path. Empty for a model with none (tiny-llama).

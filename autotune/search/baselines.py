@@ -109,10 +109,15 @@ def resolved_hybrid_block_size(values: dict[str, Any], dep: DeploymentSpec) -> i
 
 
 def resolved_kv_cache_dtype(asked: str, dep: DeploymentSpec) -> str:
-    """DeepSeek-V4 on the FlashMLA layout (compute capability 9.x, 10.x) stores fp8_ds_mla
+    """"auto" is the KV cache dtype the checkpoint's ModelOpt quantisation config declares,
+    where it declares one (vllm/engine/arg_utils.py, EngineArgs.create_engine_config ->
+    vllm/utils/torch_utils.py::resolve_kv_cache_dtype_string: FP8 becomes fp8_e4m3).
+    DeepSeek-V4 on the FlashMLA layout (compute capability 9.x, 10.x) stores fp8_ds_mla
     whatever fp8 (or auto) is asked (models/deepseek_v4/attention.py::
     _resolve_dsv4_kv_cache_dtype); anything else is what was asked."""
     g = dep.gpu_info
+    if asked == "auto" and dep.model_info.checkpoint_kv_cache_dtype:
+        asked = dep.model_info.checkpoint_kv_cache_dtype
     if (dep.model_info.attention == catalogue.DSV4 and g.device == "gpu"
             and g.compute_capability // 10 in (9, 10) and (asked == "auto" or asked.startswith("fp8"))):
         return "fp8_ds_mla"
@@ -149,8 +154,7 @@ def effective_values(config: EngineConfig, dep: DeploymentSpec) -> dict[str, Any
     """Every engine argument as the engine will see it: set ones, else vLLM's defaults, with
     the values vLLM overrides silently (V4's fp8 cache layout, a hybrid model's block size,
     clamped capture sizes)."""
-    values = {**IMPLICIT_DEFAULTS, **vllm_default_values(dep), **config.explicit()}
-    values["block_size"] = asked_block_size(config, dep)
+    values = asked_values(config, dep)
     values["kv_cache_dtype"] = resolved_kv_cache_dtype(str(values["kv_cache_dtype"]), dep)
     values["block_size"] = resolved_hybrid_block_size(values, dep)
     values["async_scheduling"] = resolved_async_scheduling(values, dep)
@@ -158,11 +162,12 @@ def effective_values(config: EngineConfig, dep: DeploymentSpec) -> dict[str, Any
     return values
 
 
-def asked_block_size(config: EngineConfig, dep: DeploymentSpec) -> int:
-    """The --block-size a config gives vLLM (set, else vLLM's default), before vLLM raises a
-    hybrid model's (resolved_hybrid_block_size): the value a search space's block_size names."""
-    asked = {**vllm_default_values(dep), **config.explicit()}.get("block_size")
-    return int(asked) if asked is not None else resolved_block_size(dep)
+def asked_values(config: EngineConfig, dep: DeploymentSpec) -> dict[str, Any]:
+    """Every engine argument as vLLM is given it: set ones, else vLLM's defaults, before the
+    values vLLM overrides silently (effective_values): what a search space's parameters name."""
+    values = {**IMPLICIT_DEFAULTS, **vllm_default_values(dep), **config.explicit()}
+    values.setdefault("block_size", resolved_block_size(dep))
+    return values
 
 
 def resolved_max_capture_size(values: dict[str, Any], dep: DeploymentSpec) -> int:

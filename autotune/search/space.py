@@ -12,7 +12,7 @@ from autotune.domain.deployment import RULE_CONTEXT_NAMES, DeploymentSpec
 from autotune.domain.engine_config import REMOVED_ARGS, EngineConfig
 from autotune.domain.parallelism import Strategy
 from autotune.errors import SearchSpaceError, SettingText
-from autotune.search.baselines import BASELINES, asked_block_size, effective_values
+from autotune.search.baselines import BASELINES, asked_values, effective_values
 from autotune.search.rules import check_deployment, rules_lacking, strategies
 from autotune.search_spaces import (
     Param,
@@ -164,9 +164,11 @@ def hold_config(space: SearchSpace, config: EngineConfig, dep: DeploymentSpec) -
 
 def _space_values(config: EngineConfig, dep: DeploymentSpec) -> dict[str, Any]:
     """A config's effective engine arguments, with the parallel layout they make; the block
-    size as asked, which the trial sets (vLLM raises a hybrid model's past any a space offers)."""
+    size and KV cache dtype as asked, which the trial sets (vLLM raises a hybrid model's block
+    size past any a space offers, and reads "auto" as a checkpoint's FP8 KV cache)."""
     values = effective_values(config, dep)
-    values["block_size"] = asked_block_size(config, dep)
+    asked = asked_values(config, dep)
+    values["block_size"], values["kv_cache_dtype"] = asked["block_size"], asked["kv_cache_dtype"]
     values[parallelism.PARAM] = Strategy.of(values).name
     return values
 

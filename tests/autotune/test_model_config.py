@@ -486,6 +486,41 @@ def test_exclusion_lists_are_read_as_most_layers_have_them(
     assert (m.dense_quant, m.expert_quant) == (dense, experts)
 
 
+@pytest.mark.parametrize("kv, expected", [
+    ({"kv_cache_quant_algo": "FP8"}, "fp8_e4m3"),  # hf_quant_config.json's form
+    ({"kv_cache_scheme": {"dynamic": False, "num_bits": 8, "type": "float"}}, "fp8_e4m3"),
+    ({"kv_cache_quant_algo": "INT8"}, ""),  # unknown: vLLM falls back to the model's dtype
+    ({}, ""),
+])
+def test_a_checkpoints_declared_kv_cache_is_what_vllm_serves_for_auto(
+        tmp_path: Path, kv: dict[str, object], expected: str) -> None:
+    """vllm/engine/arg_utils.py resolves --kv-cache-dtype auto through
+    vllm/utils/torch_utils.py::resolve_kv_cache_dtype_string: a ModelOpt checkpoint's FP8 KV
+    cache is served as fp8_e4m3, half the bytes of the bf16 cache the model would otherwise keep."""
+    from autotune.domain.engine_config import EngineConfig
+    from autotune.search.baselines import effective_values
+    from autotune.search.space import deployment_space, space_params
+    from autotune.workers.sim.engine import start_perf
+    from autotune.workers.sim.profile import BUNDLED, load_profile
+    from autotune.workers.sim.shape import engine_shape
+
+    cfg = json.loads((VENDORED / "meta-llama--Llama-3.1-8B_config.json").read_text())
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps(
+        {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "FP8", **kv}}))
+    m = read_model_config(_write(tmp_path, cfg))
+    assert m.checkpoint_kv_cache_dtype == expected
+    dep = DeploymentSpec(name="k", model=str(tmp_path / "config.json"), gpu="H100-80GB",
+                         gpu_count=1, tensor_parallel_size=1, max_model_len=8192)
+    defaults = vllm_defaults(dep)
+    assert effective_values(defaults, dep)["kv_cache_dtype"] == (expected or "auto")
+    asked_bf16 = EngineConfig.from_mapping({"kv_cache_dtype": "bfloat16"})
+    assert effective_values(asked_bf16, dep)["kv_cache_dtype"] == "bfloat16"
+    # The search space names what a trial asks for: "auto".
+    assert space_params(deployment_space("chat", dep), defaults, dep)["kv_cache_dtype"] == "auto"
+    perf = start_perf(engine_shape(defaults, dep), dep, load_profile(BUNDLED / "gpu.yaml"))
+    assert perf.layout.bytes_per_token == 2 * 8 * 128 * 32 * (1 if expected else 2)
+
+
 @pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
                     reason="the aiconfigurator extra is not installed")
 @pytest.mark.parametrize("hf_id, dense, experts", [

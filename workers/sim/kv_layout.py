@@ -22,8 +22,10 @@ from dataclasses import dataclass
 from autotune.domain.catalogue import DSV4, GQA, MLA, Model
 from autotune.errors import ConfigError
 
+# fp8_ds_mla's per-entry scales are not counted; nvfp4 packs two elements a byte and one FP8
+# scale per 16 (vllm/utils/torch_utils.py, nvfp4_kv_cache_full_dim).
 KV_DTYPE_BYTES = {"auto": 2.0, "bfloat16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0,
-                  "fp8_ds_mla": 1.0}  # its per-entry scales are not counted
+                  "fp8_ds_mla": 1.0, "nvfp4": 0.5625}
 
 
 @dataclass(frozen=True)
