@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -79,9 +80,11 @@ def read_model_config(path: Path, name: str | None = None, hf_id: str = "",
     if pattern:
         return _layer_pattern_model(arch, pattern, _quant(qcfg, where), where,
                                     name or _default_name(path), hf_id)
+    if arch.get("block_configs"):
+        return _nas_blocks_model(arch, _quant(qcfg, where), where, name or _default_name(path),
+                                 hf_id)
     _refuse_hybrid(arch, where)
     _refuse_layer_sharing(arch, where)
-    _refuse_per_layer_blocks(arch, where)
     quant = _quant(qcfg, where)
     return _model(arch, quant, where, name or _default_name(path), hf_id)
 
@@ -119,16 +122,6 @@ def _refuse_hybrid(cfg: dict[str, Any], where: str) -> None:
         raise ConfigError(f"{where}: {', '.join(odd[:3])}: layers other than attention and "
                           "gated delta nets (Mamba, other linear attention) are not modelled; "
                           "choose a catalogue model or a transformer-only config")
-
-
-def _refuse_per_layer_blocks(cfg: dict[str, Any], where: str) -> None:
-    """ConfigError for a NAS-derived config whose layers each have an architecture of their own
-    (Llama-Nemotron Super's block_configs, vLLM's DeciLM), which the reader does not model:
-    without it the message would be a missing intermediate_size."""
-    if cfg.get("block_configs"):
-        raise ConfigError(f"{where}: block_configs: layers with architectures of their own (a "
-                          "NAS-derived model) are not modelled; choose a catalogue model or a "
-                          "config whose layers are all alike")
 
 
 def _refuse_layer_sharing(cfg: dict[str, Any], where: str) -> None:
@@ -324,6 +317,89 @@ def _mimo_layer_types(cfg: dict[str, Any], layers: int, heads: int, where: str) 
                               f"layers' {full}; sliding layers of other query heads or V width "
                               "are not modelled")
     return ["sliding_attention" if p else "full_attention" for p in pattern]
+
+
+def _nas_blocks_model(cfg: dict[str, Any], quant: _Quant, where: str, name: str,
+                      hf_id: str) -> Model:
+    """The Model of a NAS-derived Llama-Nemotron config (block_configs), as vLLM builds it
+    (vllm/model_executor/models/nemotron_nas.py, DeciLMDecoderLayer): each layer's attention
+    has num_attention_heads / n_heads_in_group KV heads or is a no-op, and its FFN is a Llama
+    MLP (gate, up and down) of _ffn_mult_to_intermediate_size(ffn_mult) or is a no-op. Read as a
+    layer pattern of those sublayers ("*" attention, "-" MLP); attention layers with different
+    KV heads, and the block options vLLM does not build (replace_with_linear, sparsify,
+    window_length), are refused."""
+    hidden = _need(cfg, "hidden_size", where)
+    vocab = _need(cfg, "vocab_size", where)
+    max_context = _need(cfg, "max_position_embeddings", where)
+    heads = _need(cfg, "num_attention_heads", where)
+    head_dim = int(cfg.get("head_dim") or hidden // heads)
+    blocks = cfg["block_configs"]
+    if not isinstance(blocks, list) or len(blocks) != _need(cfg, "num_hidden_layers", where):
+        raise ConfigError(f"{where}: block_configs must list one block per layer "
+                          "(num_hidden_layers)")
+    pattern, widths, kv_heads = "", [], set()
+    modules: dict[str, list[str]] = {"attention": [], "mlp": []}  # each part's, per layer
+    for i, block in enumerate(blocks):
+        attention, ffn = (block or {}).get("attention") or {}, (block or {}).get("ffn") or {}
+        odd = [f"{part}.{k}" for part, fields in (("attention", attention), ("ffn", ffn))
+               for k in ("replace_with_linear", "sparsify", "window_length") if fields.get(k)]
+        if odd:
+            raise ConfigError(f"{where}: block_configs[{i}] sets {', '.join(odd)}, which vLLM's "
+                              "DeciLM layers do not build; not modelled")
+        if not attention.get("no_op"):
+            group = attention.get("n_heads_in_group")
+            if not isinstance(group, int) or group <= 0 or heads % group:
+                raise ConfigError(f"{where}: block_configs[{i}].attention.n_heads_in_group "
+                                  f"{group!r} does not divide the {heads} attention heads")
+            kv_heads.add(heads // group)
+            pattern += "*"
+            modules["attention"].append(f"{i}.{_MODULES['attention']}")
+        if not ffn.get("no_op"):
+            width = ffn.get("intermediate_size") or (
+                _round_up(int(2 * float(ffn["ffn_mult"]) * hidden / 3), 256)
+                if ffn.get("ffn_mult") else 0)
+            if not width:
+                raise ConfigError(f"{where}: block_configs[{i}].ffn has neither ffn_mult nor "
+                                  "intermediate_size")
+            widths.append(int(width))
+            pattern += "-"
+            modules["mlp"].append(f"{i}.{_MODULES['mlp']}")
+    if len(kv_heads) > 1:
+        raise ConfigError(f"{where}: block_configs: attention layers with {sorted(kv_heads)} KV "
+                          "heads; one KV head count for every attention layer is modelled")
+    kv = kv_heads.pop() if kv_heads else heads
+    attention_layers = pattern.count("*")
+    parts = {"attention": float(attention_layers * (2 * hidden * heads * head_dim
+                                                     + 2 * hidden * kv * head_dim)),
+             "mlp": float(sum(3 * hidden * w for w in widths))}
+    embed = vocab * hidden
+    lm_head = 0 if cfg.get("tie_word_embeddings") else vocab * hidden
+    total = sum(parts.values()) + embed + lm_head
+    formats = {part: _quant_of(part, quant, modules[part]) for part in modules}
+    dense_bytes = (parts["attention"] * quant.bytes_of(formats["attention"])
+                   + parts["mlp"] * quant.bytes_of(formats["mlp"]) + 2.0 * (embed + lm_head)) / total
+    dense_quant = formats[max(parts, key=lambda p: parts[p])]
+    # One width stands for all in the shard rules: their greatest common divisor, since a
+    # shard divisible for it is divisible for every layer's.
+    width = math.gcd(*widths) if widths else 0
+    arch = ",".join(cfg.get("architectures") or [cfg.get("model_type", "?")])
+    source = (f"{where} ({arch}): {len(blocks)} NAS blocks: {attention_layers} attention "
+              f"({heads} heads, {kv} KV heads of dim {head_dim}), {len(widths)} Llama MLPs of "
+              f"{min(widths, default=0)}-{max(widths, default=0)}; vocab {vocab}; weights "
+              f"{dense_quant}"
+              + (f", KV cache {quant.kv_cache_dtype} as declared" if quant.kv_cache_dtype else "")
+              + f"; total {total / 1e9:.1f}B derived from the architecture "
+              "(autotune/domain/model_config.py)")
+    return Model(name, round(total / 1e9, 3), round((total - embed) / 1e9, 3),
+                 round(dense_bytes, 4), quant.bytes_of(dense_quant), len(pattern), hidden, vocab,
+                 max_context, GQA, heads, kv, head_dim, width, source, layer_pattern=pattern,
+                 dense_quant=dense_quant, expert_quant="bf16",
+                 quant_block=quant.block if dense_quant == "fp8_block" else 0,
+                 checkpoint_kv_cache_dtype=quant.kv_cache_dtype, hf_id=hf_id)
+
+
+def _round_up(n: int, k: int) -> int:
+    return -(-n // k) * k
 
 
 def _shared_module(cfg: dict[str, Any]) -> str:

@@ -449,11 +449,48 @@ def test_other_hybrid_layers_are_still_refused(tmp_path: Path, changes: dict[str
         read_model_config(_write(tmp_path, _qwen35_text_config(**changes)))
 
 
-def test_a_nas_config_with_per_layer_blocks_is_refused_by_name(tmp_path: Path) -> None:
+def _nas_config(blocks: list[dict[str, object]]) -> dict[str, object]:
+    """A Llama-Nemotron NAS config in the published shape (nvidia/Llama-3_3-Nemotron-Super-49B
+    -v1's fields) with these blocks."""
     cfg = json.loads((VENDORED / "meta-llama--Llama-3.1-70B_config.json").read_text())
-    cfg.update(intermediate_size=None, block_configs=[{"attention": {"no_op": True}}])
-    with pytest.raises(ConfigError, match="block_configs: layers with architectures of their own"):
-        read_model_config(_write(tmp_path, cfg))
+    cfg.update(architectures=["DeciLMForCausalLM"], model_type="nemotron-nas",
+               intermediate_size=None, num_key_value_heads=None, num_hidden_layers=len(blocks),
+               block_configs=blocks)
+    return cfg
+
+
+def _nas_block(group: int | None, ffn_mult: float | None) -> dict[str, object]:
+    return {"attention": {"n_heads_in_group": group, "no_op": group is None},
+            "ffn": {"ffn_mult": ffn_mult, "no_op": ffn_mult is None}}
+
+
+def test_a_nas_configs_blocks_are_read_as_vllm_builds_them(tmp_path: Path) -> None:
+    # vllm/model_executor/models/nemotron_nas.py, DeciLMDecoderLayer: 64 / 8 KV heads, or no
+    # attention; a Llama MLP of _ffn_mult_to_intermediate_size (2 x mult x hidden / 3, up to a
+    # multiple of 256), or none.
+    blocks = [_nas_block(8, 5.25), _nas_block(None, 1.0), _nas_block(8, None),
+              _nas_block(None, 0.5)]
+    m = read_model_config(_write(tmp_path, _nas_config(blocks)))
+    hidden = 8192
+    widths = (28672, 5632, 2816)  # 5.25, 1.0 (5461 -> 5632) and 0.5 (2730 -> 2816)
+    assert (m.layer_pattern, m.full_attention_layers, m.num_kv_heads) == ("*--*-", 2, 8)
+    assert m.sublayers == 5 and m.intermediate_size == 256  # the widths' common divisor
+    attention = 2 * hidden * 64 * 128 + 2 * hidden * 8 * 128
+    total = 2 * attention + sum(3 * hidden * w for w in widths) + 2 * 128256 * hidden
+    assert m.total_params_b == pytest.approx(total / 1e9, abs=1e-3)
+    assert kv_layout(m, "auto", 1).bytes_per_token == 2 * 2 * 8 * 128 * 2  # two attention layers
+
+
+@pytest.mark.parametrize("blocks, fragment", [
+    ([_nas_block(8, 1.0), _nas_block(4, 1.0)], "attention layers with \\[8, 16\\] KV heads"),
+    ([_nas_block(7, 1.0)], "n_heads_in_group 7 does not divide"),
+    ([{"attention": {"no_op": False, "n_heads_in_group": 8, "replace_with_linear": True},
+       "ffn": {"ffn_mult": 1.0}}], "attention.replace_with_linear"),
+])
+def test_a_nas_config_vllm_would_not_build_as_given_is_one_line(
+        tmp_path: Path, blocks: list[dict[str, object]], fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        read_model_config(_write(tmp_path, _nas_config(blocks)))
 
 
 @pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
