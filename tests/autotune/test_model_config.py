@@ -626,3 +626,29 @@ def test_moe_layer_freq_gives_the_leading_dense_layers_and_their_width(tmp_path:
     cfg["moe_layer_freq"] = [0, 1, 0, 1, 1, 1]
     with pytest.raises(ConfigError, match="moe_layer_freq mixes dense and MoE layers"):
         read_model_config(_write(tmp_path, cfg))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
+                    reason="the aiconfigurator extra is not installed")
+@pytest.mark.parametrize("name", ["DeepSeek-V4-Flash", "DeepSeek-V4-Pro"])
+def test_the_catalogues_deepseek_v4_entries_are_their_published_configs(name: str) -> None:
+    """The hand-checked V4 entries against the published config.json (aiconfigurator-core's
+    copy): V4-Pro's first two layers are HCA (ratio 128) and its indexer keeps 1,024 entries,
+    where the entry once copied Flash's pattern and top-512."""
+    from autotune.domain.model_sources import bundled
+
+    m = catalogue.MODELS[name]
+    found = bundled(m.hf_id)
+    assert found is not None
+    cfg = json.loads(found[1].read_text())
+    layers = cfg["num_hidden_layers"]
+    assert m.compress_ratios == tuple(cfg["compress_ratios"][:layers])  # the last is the MTP's
+    assert (m.num_layers, m.hidden_size, m.num_heads, m.head_dim, m.qk_rope_head_dim,
+            m.sliding_window, m.index_head_dim, m.index_topk, m.num_experts,
+            m.experts_per_token, m.moe_intermediate_size, m.num_shared_experts, m.vocab_size,
+            m.max_context) == (
+        layers, cfg["hidden_size"], cfg["num_attention_heads"], cfg["head_dim"],
+        cfg["qk_rope_head_dim"], cfg["sliding_window"], cfg["index_head_dim"],
+        cfg["index_topk"], cfg["n_routed_experts"], cfg["num_experts_per_tok"],
+        cfg["moe_intermediate_size"], cfg["n_shared_experts"], cfg["vocab_size"],
+        cfg["max_position_embeddings"])
