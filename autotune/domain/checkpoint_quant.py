@@ -74,8 +74,8 @@ def read_quant(qcfg: dict[str, Any] | None, where: str) -> CheckpointQuant:
         kv = _modelopt_kv_cache_dtype(qcfg)
         if algo in _MODELOPT_FORMATS:
             fmt = _MODELOPT_FORMATS[algo]
-            return CheckpointQuant(fmt, 128 if fmt == "fp8_block" else 0, QUANT_FORMATS[fmt], excluded,
-                          kv_cache_dtype=kv)
+            return CheckpointQuant(fmt, 128 if fmt == "fp8_block" else 0, QUANT_FORMATS[fmt],
+                                   excluded, kv_cache_dtype=kv)
         if algo == "MIXED_PRECISION":
             return replace(_mixed_precision(qcfg, excluded, where), kv_cache_dtype=kv)
         raise ConfigError(f"{where}: ModelOpt quant_algo {algo or 'missing'!r} is not one autotune "
@@ -108,7 +108,8 @@ def _modelopt_kv_cache_dtype(qcfg: dict[str, Any]) -> str:
     return {"fp8": "fp8_e4m3", "nvfp4": "nvfp4"}.get(str(kv).lower(), "") if kv else ""
 
 
-def _mixed_precision(qcfg: dict[str, Any], excluded: tuple[str, ...], where: str) -> CheckpointQuant:
+def _mixed_precision(qcfg: dict[str, Any], excluded: tuple[str, ...],
+                     where: str) -> CheckpointQuant:
     """ModelOpt MIXED_PRECISION: quantized_layers gives each quantised module its quant_algo
     (vllm/model_executor/layers/quantization/modelopt.py, ModelOptMixedPrecisionConfig: a
     module it does not list stays unquantised)."""
@@ -124,11 +125,12 @@ def _mixed_precision(qcfg: dict[str, Any], excluded: tuple[str, ...], where: str
         per_module.append((str(module), _MODELOPT_FORMATS[algo]))
     # The name (and bytes) of its most common format stand for it where a single one is asked.
     name = Counter(fmt for _, fmt in per_module).most_common(1)[0][0]
-    return CheckpointQuant(name, 128 if name == "fp8_block" else 0, QUANT_FORMATS[name], excluded,
-                  per_module=tuple(per_module))
+    return CheckpointQuant(name, 128 if name == "fp8_block" else 0, QUANT_FORMATS[name],
+                           excluded, per_module=tuple(per_module))
 
 
-def _compressed_tensors(qcfg: dict[str, Any], excluded: tuple[str, ...], where: str) -> CheckpointQuant:
+def _compressed_tensors(qcfg: dict[str, Any], excluded: tuple[str, ...],
+                        where: str) -> CheckpointQuant:
     groups = qcfg.get("config_groups") or {}
     weights = next((g.get("weights") for g in groups.values()
                     if isinstance(g, dict) and g.get("weights")), None)

@@ -108,10 +108,10 @@ def layer_pattern_model(cfg: dict[str, Any], pattern: str, quant: CheckpointQuan
         return [f"{i}.mixer.{module}" for i, k in enumerate(pattern) if k == kind]
 
     formats = {"attention": part_format("attention", quant, modules("M", "in_proj")
-                                      + modules("*", "o_proj")),
+                                        + modules("*", "o_proj")),
                "mlp": part_format("mlp", quant, modules("-", "down_proj")),
                "shared": part_format("shared", quant, modules("E", "shared_experts.down_proj")
-                                   if shared else []),
+                                     if shared else []),
                "experts": part_format("experts", quant, modules("E", "experts.0.down_proj"))}
     part_bytes = {p: quant.bytes_of(formats[p]) for p in formats}
     dense_params = total - parts["experts"]
@@ -204,7 +204,8 @@ def nas_blocks_model(cfg: dict[str, Any], quant: CheckpointQuant, where: str, na
     total = sum(parts.values()) + embed + lm_head
     formats = {part: part_format(part, quant, modules[part]) for part in modules}
     dense_bytes = (parts["attention"] * quant.bytes_of(formats["attention"])
-                   + parts["mlp"] * quant.bytes_of(formats["mlp"]) + 2.0 * (embed + lm_head)) / total
+                   + parts["mlp"] * quant.bytes_of(formats["mlp"])
+                   + 2.0 * (embed + lm_head)) / total
     dense_quant = formats[max(parts, key=lambda p: parts[p])]
     # One width stands for all in the shard rules: their greatest common divisor, since a
     # shard divisible for it is divisible for every layer's.

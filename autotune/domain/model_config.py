@@ -217,7 +217,8 @@ def _default_name(path: Path) -> str:
     return path.name.removesuffix(".json").removesuffix("_config")
 
 
-def _model(cfg: dict[str, Any], quant: CheckpointQuant, where: str, name: str, hf_id: str) -> Model:
+def _model(cfg: dict[str, Any], quant: CheckpointQuant, where: str, name: str,
+           hf_id: str) -> Model:
     layers = need(cfg, "num_hidden_layers", where)
     hidden = need(cfg, "hidden_size", where)
     vocab = need(cfg, "vocab_size", where)
