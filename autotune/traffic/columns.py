@@ -145,6 +145,9 @@ def _arrivals(table: RawTable, problems: _Problems, unit: TimeUnit) -> np.ndarra
             if seconds is None:
                 problems.add(i, "arrival_s", f"expected an ISO 8601 time, got {value!r}")
                 continue
+            if seconds < 0:  # as numbers must be: arrivals rebased to the first stay in range
+                problems.add(i, "arrival_s", f"{value!r} is before 1970")
+                continue
         else:
             number = _number(value)
             if number is None or number < 0:

@@ -118,6 +118,11 @@ stamp = st.one_of(
        header=st.sampled_from(["TIMESTAMP,ContextTokens,GeneratedTokens",
                                "TIMESTAMP,ContextTokens,GeneratedTokens,Extra"]),
        short=st.booleans(), cut=st.one_of(st.none(), st.floats(0, 1)))
+# Times 1e11 s apart (years 1 and 3200): each in range, but not once rebased to the first,
+# so the stored trace could not be read back; a time before 1970 is now refused at import.
+@example(rows=[("0001-01-01 00:00:00.0000000", "1", "1"),
+               ("3200-01-01 00:00:00.0000000", "1", "1")],
+         header="TIMESTAMP,ContextTokens,GeneratedTokens", short=False, cut=None)
 def test_azure_csv(rows: list[tuple[str, str, str]], header: str, short: bool,
                    cut: float | None) -> None:
     lines = [",".join(r[:2] if short and i == len(rows) - 1 else r) for i, r in enumerate(rows)]
