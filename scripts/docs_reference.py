@@ -244,9 +244,11 @@ FACTS = {
     "expert_quant": 'weight format of the routed experts: `"bf16"`, `"fp8_block"` or `"fp4"`',
     "quant_block": "the block of a block-wise quantisation (128; 0: none)",
     "model_is_hybrid": "whether some layers keep a state per sequence rather than a KV cache "
-                       "(gated delta nets in Qwen3.5, Mamba2 in Nemotron-H)",
-    "linear_num_key_heads": "key heads of a gated-delta-net layer (0: none)",
-    "linear_num_value_heads": "value heads of a gated-delta-net layer (0: none)",
+                       "(gated delta nets in Qwen3.5, KDA in Kimi-K3, Mamba2 in Nemotron-H)",
+    "linear_num_key_heads": "key heads of a gated-delta-net layer, or a KDA layer's heads "
+                            "(0: none)",
+    "linear_num_value_heads": "value heads of a gated-delta-net layer, or a KDA layer's heads "
+                              "(0: none)",
     "mamba_num_heads": "heads of a Mamba2 layer (0: none)",
     "mamba_n_groups": "B/C groups of a Mamba2 layer (0: none)",
 }

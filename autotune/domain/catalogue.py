@@ -9,7 +9,17 @@ derives its KV-cache layout and its expert counts from the architecture numbers 
 from __future__ import annotations
 
 from autotune.domain.model_sources import resolve
-from autotune.domain.specs import DSV4, GPU, GQA, MLA, QUANT_FORMATS, GatedDeltaNet, Mamba2, Model  # noqa: F401  (re-exported)
+from autotune.domain.specs import (  # noqa: F401  (re-exported)
+    DSV4,
+    GPU,
+    GQA,
+    MLA,
+    QUANT_FORMATS,
+    GatedDeltaNet,
+    KimiDeltaAttention,
+    Mamba2,
+    Model,
+)
 from autotune.errors import ConfigError
 
 

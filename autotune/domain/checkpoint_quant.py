@@ -80,6 +80,11 @@ def read_quant(qcfg: dict[str, Any] | None, where: str) -> CheckpointQuant:
             return replace(_mixed_precision(qcfg, excluded, where), kv_cache_dtype=kv)
         raise ConfigError(f"{where}: ModelOpt quant_algo {algo or 'missing'!r} is not one autotune "
                           f"knows ({', '.join([*_MODELOPT_FORMATS, 'MIXED_PRECISION'])})")
+    if method == "compressed-tensors" and qcfg.get("format") == "mxfp4-pack-quantized":
+        # Kimi-K3: vLLM serves it as mxfp4 (vllm/model_executor/models/config.py,
+        # KimiK3ForConditionalGenerationConfig.verify_and_update_model_config), whose linear
+        # layers all stay unquantised (Mxfp4Config.get_quant_method), whatever the ignore list.
+        return CheckpointQuant("mxfp4", 0, QUANT_FORMATS["mxfp4"], (), experts_only=True)
     if method == "compressed-tensors":
         return _compressed_tensors(qcfg, excluded, where)
     raise ConfigError(f"{where}: quant_method {method or 'missing'!r} is not one autotune knows "

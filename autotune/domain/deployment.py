@@ -65,6 +65,8 @@ class DeploymentSpec(BaseModel):
         the GPU's and the model's (catalogue) and the deployment's own."""
         g, m = self.gpu_info, self.model_info
         gdn = m.mamba_layers if isinstance(m.mamba_layers, catalogue.GatedDeltaNet) else None
+        # Kimi's KDA heads split over TP as the gated delta net's (kda.py: divide(num_heads, tp)).
+        kda = m.mamba_layers if isinstance(m.mamba_layers, catalogue.KimiDeltaAttention) else None
         mamba2 = m.mamba_layers if isinstance(m.mamba_layers, catalogue.Mamba2) else None
         return {"device": g.device, "gpu_memory_gib": g.memory_gib, "gpu_count": self.gpu_count,
                 "compute_capability": g.compute_capability,
@@ -79,8 +81,9 @@ class DeploymentSpec(BaseModel):
                 "dense_quant": m.dense_quant, "expert_quant": m.expert_quant,
                 "quant_block": m.quant_block,
                 "model_is_hybrid": m.mamba_layers is not None,
-                "linear_num_key_heads": gdn.num_key_heads if gdn else 0,
-                "linear_num_value_heads": gdn.num_value_heads if gdn else 0,
+                "linear_num_key_heads": gdn.num_key_heads if gdn else kda.num_heads if kda else 0,
+                "linear_num_value_heads": (gdn.num_value_heads if gdn
+                                           else kda.num_heads if kda else 0),
                 "mamba_num_heads": mamba2.num_heads if mamba2 else 0,
                 "mamba_n_groups": mamba2.n_groups if mamba2 else 0}
 

@@ -24,7 +24,7 @@ from typing import Any
 from autotune.domain.checkpoint_quant import MODULES, CheckpointQuant, part_format, read_quant
 from autotune.domain.config_fields import STATE_DTYPE_BYTES, first, need
 from autotune.domain.layer_pattern_config import layer_pattern, layer_pattern_model, nas_blocks_model
-from autotune.domain.specs import GQA, MLA, GatedDeltaNet, Model
+from autotune.domain.specs import GQA, MLA, GatedDeltaNet, KimiDeltaAttention, Model
 from autotune.errors import ConfigError
 
 
@@ -76,12 +76,21 @@ def _is_gated_delta_net(cfg: dict[str, Any]) -> bool:
     return "linear_num_value_heads" in cfg and not cfg.get("linear_attn_config")
 
 
+def _is_kimi_delta_attention(cfg: dict[str, Any]) -> bool:
+    """Kimi-K3's linear_attn_config: KDA layers with the full-rank gate vLLM builds
+    (vllm/models/kimi_k3/nvidia/kda.py, KimiK3DeltaAttention)."""
+    linear = cfg.get("linear_attn_config")
+    return (isinstance(linear, dict) and bool(linear.get("kda_layers"))
+            and bool(linear.get("use_full_rank_gate")))
+
+
 def _refuse_hybrid(cfg: dict[str, Any], where: str) -> None:
     """ConfigError for a config whose layers are not all (sliding-window) attention or gated
     delta nets: read as plain attention it would be modelled wrong without a word."""
     gdn = _is_gated_delta_net(cfg)
     odd = sorted(k for k in cfg if k.startswith(_HYBRID_PREFIXES)
                  and not (gdn and k in _GDN_FIELDS)
+                 and not (k == "linear_attn_config" and _is_kimi_delta_attention(cfg))
                  and not (k == "hybrid_layer_pattern" and _is_mimo_sliding(cfg)))
     known = _KNOWN_LAYER_TYPES | ({"linear_attention"} if gdn else set())
     if cfg.get("kv_lora_rank") is not None and cfg.get("index_topk"):
@@ -187,6 +196,31 @@ def _leading_dense(freq: Any, where: str) -> int:
     return leading
 
 
+def _kimi_delta_attention(cfg: dict[str, Any], layers: int, where: str) -> KimiDeltaAttention:
+    """Kimi-K3's KDA layers: those linear_attn_config.kda_layers names, 1-based
+    (vllm/transformers_utils/configs/kimi_linear.py, KimiLinearConfig.is_kda_layer); every
+    other layer is MLA. The recurrent state is float32 (mamba_ssm_cache_dtype auto:
+    MambaStateDtypeCalculator.kda_state_dtype)."""
+    linear = cfg["linear_attn_config"]
+    kda = [i for i in linear["kda_layers"] if isinstance(i, int) and 1 <= i <= layers]
+    if len(kda) != len(linear["kda_layers"]):
+        raise ConfigError(f"{where}: linear_attn_config.kda_layers names layers outside 1.."
+                          f"{layers}")
+    return KimiDeltaAttention(len(kda), need(linear, "num_heads", where),
+                              need(linear, "head_dim", where),
+                              need(linear, "short_conv_kernel_size", where))
+
+
+def _kda_params(kda: KimiDeltaAttention, hidden: int) -> int:
+    """One KDA layer's weights (vllm/models/kimi_k3/nvidia/kda.py, KimiK3DeltaAttention):
+    in_proj_qkvgfab (q, k, v, the full-rank output gate g, the decay's low-rank f_a of 128 and
+    a beta per head), f_b_proj back to the heads, the short convolution over q, k and v, and
+    o_proj."""
+    inner = kda.inner_size
+    return (hidden * (4 * inner + 128 + kda.num_heads) + 128 * inner
+            + 3 * inner * kda.conv_kernel + inner * hidden)
+
+
 def _gdn_params(gdn: GatedDeltaNet | None, hidden: int) -> int:
     """One gated-delta-net layer's weights (vllm/model_executor/layers/mamba/gdn_linear_attn.py,
     GatedDeltaNetAttention): in_proj_qkvz (q, k, v and the output gate z), in_proj_ba (a beta and
@@ -235,14 +269,14 @@ def _model(cfg: dict[str, Any], quant: CheckpointQuant, where: str, name: str,
     # Gemma4DecoderLayer runs self.mlp unconditionally and adds self.moe's output).
     mlp_beside_experts = bool(cfg.get("enable_moe_block") or cfg.get("use_second_mlp_block"))
     if experts:
-        per_token = int(first(cfg, "num_experts_per_tok", "experts_per_token", "top_k_experts")
-                        or 0)
+        per_token = int(first(cfg, "num_experts_per_tok", "experts_per_token", "top_k_experts",
+                              "num_experts_per_token") or 0)
         if not per_token:
             raise ConfigError(f"{where}: field 'num_experts_per_tok' is missing; a mixture-of-"
                               "experts config needs it")
         moe_width = int(first(cfg, "moe_intermediate_size", "expert_intermediate_size")
                         or need(cfg, "intermediate_size", where))
-        shared = int(cfg.get("n_shared_experts") or 0)
+        shared = int(first(cfg, "n_shared_experts", "num_shared_experts") or 0)
         # Qwen3.5-MoE's one shared expert, of its own width (shared_expert_intermediate_size).
         if cfg.get("shared_expert_intermediate_size"):
             shared_width = int(cfg["shared_expert_intermediate_size"])
@@ -256,6 +290,9 @@ def _model(cfg: dict[str, Any], quant: CheckpointQuant, where: str, name: str,
         # the sources searched.)
         first_dense = int(cfg.get("first_k_dense_replace") or len(cfg.get("mlp_only_layers") or [])
                           or _leading_dense(cfg.get("moe_layer_freq"), where))
+    # Kimi-K3's latent MoE: its experts run at routed_expert_hidden_size, between a down and an
+    # up projection replicated on every rank (vllm/models/kimi_k3/nvidia/model.py, KimiMoE).
+    latent = int(cfg.get("routed_expert_hidden_size") or 0) if experts else 0
     dense_layers = layers if not experts or mlp_beside_experts else first_dense
     # MiniMax-M3's dense layers have a width of their own (intermediate_size is its experts').
     dense_width = (int(first(cfg, "dense_intermediate_size")
@@ -270,6 +307,8 @@ def _model(cfg: dict[str, Any], quant: CheckpointQuant, where: str, name: str,
         q_lora = cfg.get("q_lora_rank")
         q = (hidden * q_lora + q_lora * heads * (nope + rope)) if q_lora else hidden * heads * (nope + rope)
         attn = q + hidden * (kv_lora + rope) + kv_lora * heads * (nope + v_dim) + heads * v_dim * hidden
+        if cfg.get("mla_use_output_gate"):  # Kimi-K3: a sigmoid gate per head before o_proj
+            attn += hidden * heads * v_dim
         kv_heads, head_dim = 1, nope + rope
     else:
         kv_heads = int(cfg.get("num_key_value_heads") or heads)
@@ -281,7 +320,8 @@ def _model(cfg: dict[str, Any], quant: CheckpointQuant, where: str, name: str,
     # no KV, no weights to count.)
     layer_types = cfg.get("layer_types") or []
     gdn = _gated_delta_net(cfg, layers, where) if _is_gated_delta_net(cfg) else None
-    linear_layers = gdn.layers if gdn else 0
+    kda = _kimi_delta_attention(cfg, layers, where) if _is_kimi_delta_attention(cfg) else None
+    linear_layers = gdn.layers if gdn else kda.layers if kda else 0
     # Gemma 4's full-attention layers: head width global_head_dim, and with attention_k_eq_v
     # num_global_key_value_heads KV heads, whose K vLLM loads into both the K and the V slot
     # (vllm/model_executor/models/gemma4.py, Gemma4DecoderLayer.__init__, Gemma4Attention).
@@ -313,13 +353,18 @@ def _model(cfg: dict[str, Any], quant: CheckpointQuant, where: str, name: str,
                 + attn_per_layer(full_kv_heads or kv_heads, full_head_dim or head_dim)
                 * full_layers + _gdn_params(gdn, hidden) * linear_layers) / layers
 
+    elif kda:
+        attn = (attn * (layers - linear_layers) + _kda_params(kda, hidden) * linear_layers) / layers
+
     embed = vocab * hidden
     lm_head = 0 if cfg.get("tie_word_embeddings") else vocab * hidden
+    per_expert = 3 * (latent or hidden) * moe_width
     parts = {"attention": float(attn * layers),
              "mlp": float(3 * hidden * dense_width * dense_layers),
-             "shared": float(3 * hidden * moe_width * shared * moe_layers),
+             # The latent projections are dense, beside the shared experts.
+             "shared": float((3 * hidden * moe_width * shared + 2 * hidden * latent) * moe_layers),
              "router": float(experts * hidden * moe_layers),
-             "experts": float(3 * hidden * moe_width * experts * moe_layers)}
+             "experts": float(per_expert * experts * moe_layers)}
     total = sum(parts.values()) + embed + lm_head
     active = total - embed - (parts["experts"] * (1 - per_token / experts) if experts else 0.0)
 
@@ -356,8 +401,11 @@ def _model(cfg: dict[str, Any], quant: CheckpointQuant, where: str, name: str,
                  f"{gdn.num_value_heads} value heads of {gdn.key_head_dim} / "
                  f"{gdn.value_head_dim}, recurrent state {gdn.recurrent_bytes:g} B per element)"
                  if gdn else "")
+              + (f", {linear_layers} KDA layers ({kda.num_heads} heads of {kda.head_dim}, "
+                 f"recurrent state {kda.recurrent_bytes:g} B per element)" if kda else "")
               + (f"; {experts} routed experts + {shared} shared, {per_token} per token, width "
-                 f"{moe_width}, first {first_dense} layers dense"
+                 f"{moe_width}" + (f" at latent width {latent}" if latent else "")
+                 + f", first {first_dense} layers dense"
                  + (f", a dense MLP {dense_width} beside them" if mlp_beside_experts else "")
                  if experts else
                  f"; MLP {dense_width}")
@@ -378,7 +426,8 @@ def _model(cfg: dict[str, Any], quant: CheckpointQuant, where: str, name: str,
                  v_head_dim=int(cfg.get("v_head_dim") or 0) if mla else gqa_v_dim,
                  sliding_window=window, sliding_window_layers=window_layers,
                  full_attention_kv_heads=full_kv_heads, full_attention_head_dim=full_head_dim,
-                 mamba_layers=gdn,
+                 mamba_layers=gdn or kda, params_per_expert=per_expert if latent else 0,
+                 allreduces_per_moe_layer=2 if latent else 1,
                  num_experts=experts, experts_per_token=per_token, moe_intermediate_size=moe_width,
                  num_shared_experts=shared, first_dense_layers=first_dense, mtp=mtp,
                  dense_quant=dense_quant, expert_quant=expert_quant,

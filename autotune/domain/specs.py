@@ -72,6 +72,31 @@ class GatedDeltaNet:
 
 
 @dataclass(frozen=True)
+class KimiDeltaAttention:
+    """The KDA layers of Kimi-K3 (Kimi Linear): a short convolution over q, k and v and a
+    recurrent state per head per sequence (vllm/models/kimi_k3/nvidia/kda.py,
+    KimiK3DeltaAttention; state shapes from mamba_utils.py,
+    MambaStateShapeCalculator.kda_state_shape, the recurrent state float32)."""
+
+    layers: int
+    num_heads: int
+    head_dim: int  # q, k and v alike
+    conv_kernel: int
+    conv_bytes: float = 2.0
+    recurrent_bytes: float = 4.0
+
+    @property
+    def inner_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    def state_bytes(self, tensor_parallel_size: int) -> float:
+        """One layer's state of one sequence on one of `tensor_parallel_size` ranks."""
+        tp = tensor_parallel_size
+        conv = 3 * self.inner_size / tp * (self.conv_kernel - 1) * self.conv_bytes
+        return conv + self.num_heads / tp * self.head_dim * self.head_dim * self.recurrent_bytes
+
+
+@dataclass(frozen=True)
 class Mamba2:
     """The Mamba2 mixer layers of a hybrid model (Nemotron-H, Nemotron-3): each keeps a causal-
     convolution window over x, B and C and an SSM state per head per sequence
@@ -145,8 +170,9 @@ class Model:
     full_attention_kv_heads: int = 0
     full_attention_head_dim: int = 0
     # Hybrid models: the layers that keep a fixed state per sequence instead of a KV cache,
-    # vLLM's "mamba" layers (MambaBase, MambaSpec: the gated delta net, Mamba2); None: none.
-    mamba_layers: GatedDeltaNet | Mamba2 | None = None
+    # vLLM's "mamba" layers (MambaBase, MambaSpec: the gated delta net, Kimi's KDA, Mamba2);
+    # None: none.
+    mamba_layers: GatedDeltaNet | KimiDeltaAttention | Mamba2 | None = None
     # Models built from a layer pattern (Nemotron-H's hybrid_override_pattern): one mixer per
     # layer, "M" Mamba2, "*" attention, "-" MLP, "E" MoE (vllm/model_executor/models/
     # nemotron_h.py, ALL_DECODER_LAYER_TYPES); num_layers is its length. Empty: every layer is
@@ -165,6 +191,9 @@ class Model:
     params_per_expert: int = 0
     num_shared_experts: int = 0
     first_dense_layers: int = 0
+    # Kimi-K3's latent MoE all-reduces its latent output and its shared experts' output apart
+    # (vllm/models/kimi_k3/nvidia/model.py, LatentMoERunner): 2; one sum elsewhere.
+    allreduces_per_moe_layer: int = 1
     # Multi-token-prediction layers shipped with the checkpoint, which vLLM drafts with
     # (speculative_config method `mtp`; no separate draft model).
     mtp: bool = False
@@ -198,9 +227,15 @@ class Model:
 
     @property
     def sublayers(self) -> int:
-        """Mixers and MLPs (or MoEs) one forward pass runs, each ending in one all-reduce under
-        tensor parallelism: two per layer, or one per layer of a layer pattern."""
+        """Mixers and MLPs (or MoEs) one forward pass runs: two per layer, or one per layer of
+        a layer pattern."""
         return len(self.layer_pattern) if self.layer_pattern else 2 * self.num_layers
+
+    @property
+    def tp_allreduces(self) -> int:
+        """All-reduces of one forward pass under tensor parallelism: one after each sublayer,
+        and one more per MoE layer that reduces its latent and shared outputs apart."""
+        return self.sublayers + (self.allreduces_per_moe_layer - 1) * self.moe_layers
 
     @property
     def routed_expert_params(self) -> float:

@@ -94,17 +94,20 @@ def resolved_hybrid_block_size(values: dict[str, Any], dep: DeploymentSpec) -> i
     (vllm/platforms/interface.py, Platform._align_hybrid_block_size, for a mamba cache mode
     other than "all", which Qwen3.5 refuses: qwen3_5.py, Qwen3_5ForCausalLMBase; vLLM 0.32 has
     only "align" and "none"). Qwen3.5-27B at TP1 and block size 64: 3.2 MB of state against
-    4 KiB of KV per token, 832 tokens; Nemotron-3-Nano at TP1: 2.1 MB against 1 KiB, 2112. The
-    block size as given for any other model."""
+    4 KiB of KV per token, 832 tokens; Nemotron-3-Nano at TP1: 2.1 MB against 1 KiB, 2112;
+    Kimi-K3 at TP8: 0.8 MB against an MLA entry of 1,152 B, 768. The block size as given for
+    any other model."""
     block_size, model = int(values["block_size"]), dep.model_info
     mamba = model.mamba_layers
     if mamba is None:
         return block_size
     tp = int(values["tensor_parallel_size"])
     kv_bytes = 1 if str(values["kv_cache_dtype"]).startswith("fp8") else 2
-    # FullAttentionSpec's page: K and V of max(1, kv_heads // tp) heads (ModelConfig.get_num_kv_heads)
-    page = (block_size * 2 * max(1, model.num_kv_heads // tp)
-            * (model.full_attention_head_dim or model.head_dim) * kv_bytes)
+    if model.attention == catalogue.MLA:  # MLAAttentionSpec's page: one latent + rope entry
+        page = block_size * (model.kv_lora_rank + model.qk_rope_head_dim) * kv_bytes
+    else:  # FullAttentionSpec's: K and V of max(1, kv_heads // tp) heads (get_num_kv_heads)
+        page = (block_size * 2 * max(1, model.num_kv_heads // tp)
+                * (model.full_attention_head_dim or model.head_dim) * kv_bytes)
     return block_size * max(1, math.ceil(mamba.state_bytes(tp) / page))
 
 

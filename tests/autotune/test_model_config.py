@@ -652,3 +652,83 @@ def test_the_catalogues_deepseek_v4_entries_are_their_published_configs(name: st
         cfg["index_topk"], cfg["n_routed_experts"], cfg["num_experts_per_tok"],
         cfg["moe_intermediate_size"], cfg["n_shared_experts"], cfg["vocab_size"],
         cfg["max_position_embeddings"])
+
+
+def _kimi_k3_text_config(**changes: object) -> dict[str, object]:
+    """A Kimi-K3 text config in the published shape (moonshotai/Kimi-K3's text_config, layers
+    cut to 4: KDA, KDA, KDA, MLA; the first dense), its MXFP4 experts as compressed-tensors."""
+    return {"architectures": ["KimiLinearForCausalLM"], "model_type": "kimi_linear",
+            "num_hidden_layers": 4, "hidden_size": 7168, "num_attention_heads": 96,
+            "num_key_value_heads": 96, "kv_lora_rank": 512, "q_lora_rank": 1536,
+            "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+            "mla_use_nope": True, "mla_use_output_gate": True, "intermediate_size": 33792,
+            "first_k_dense_replace": 1, "moe_layer_freq": 1, "moe_intermediate_size": 3072,
+            "num_experts": 896, "num_experts_per_token": 16, "num_shared_experts": 2,
+            "routed_expert_hidden_size": 3584, "vocab_size": 163840,
+            "max_position_embeddings": 1048576, "tie_word_embeddings": False,
+            "linear_attn_config": {"kda_layers": [1, 2, 3], "full_attn_layers": [4],
+                                   "num_heads": 96, "head_dim": 128,
+                                   "short_conv_kernel_size": 4, "use_full_rank_gate": True},
+            "quantization_config": {"quant_method": "compressed-tensors",
+                                    "format": "mxfp4-pack-quantized",
+                                    "ignore": ["re:.*self_attn.*", "re:.*lm_head.*"]},
+            **changes}
+
+
+def test_kimi_k3_kda_and_latent_moe_layers_are_read_as_vllm_builds_them(tmp_path: Path) -> None:
+    m = read_model_config(_write(tmp_path, _kimi_k3_text_config()))
+    kda = m.mamba_layers
+    assert isinstance(kda, catalogue.KimiDeltaAttention) and kda.layers == 3
+    assert (m.attention, m.full_attention_layers, m.moe_layers) == ("mla", 1, 3)
+    h, inner = 7168, 96 * 128
+    # vllm/models/kimi_k3/nvidia/kda.py, KimiK3DeltaAttention: in_proj_qkvgfab, f_b_proj,
+    # conv1d over q, k and v, o_proj.
+    kda_layer = h * (4 * inner + 128 + 96) + 128 * inner + 3 * inner * 4 + inner * h
+    # nvidia/mla.py: q_a, q_b, kv_a, kv_b, the output gate and o_proj.
+    mla_layer = (h * 1536 + 1536 * 96 * 192 + h * 576 + 512 * 96 * 256 + h * 96 * 128
+                 + 96 * 128 * h)
+    expert = 3 * 3584 * 3072  # gated, at the latent width (KimiMoE)
+    moe_layer = 896 * expert + 3 * h * 3072 * 2 + 2 * h * 3584 + 896 * h
+    total = 3 * kda_layer + mla_layer + 3 * h * 33792 + 3 * moe_layer + 2 * 163840 * h
+    assert m.total_params_b == pytest.approx(total / 1e9, abs=1e-3)
+    assert m.params_per_expert == expert
+    # LatentMoERunner all-reduces the latent and the shared experts' outputs apart.
+    assert m.tp_allreduces == 2 * 4 + 3
+    # Mxfp4Config leaves every linear layer unquantised: only the experts are MXFP4.
+    assert (m.dense_quant, m.expert_quant) == ("bf16", "mxfp4")
+    # MambaStateShapeCalculator.kda_state_shape: a (3 x 12,288) x 3 window in bf16 and a
+    # 96 x 128 x 128 recurrent state in float32, per layer.
+    assert kda.state_bytes(1) == 3 * inner * 3 * 2 + 96 * 128 * 128 * 4 == 6_512_640
+    layout = kv_layout(m, "auto", 8)
+    assert layout.bytes_per_token == 576 * 2  # one MLA layer's latent and rope entry
+    assert layout.fixed_bytes_per_seq == 3 * 6_512_640 / 8
+
+
+def test_vllm_raises_kimi_k3s_block_size_to_hold_a_kda_state_in_an_mla_page(
+        tmp_path: Path) -> None:
+    from autotune.domain.engine_config import EngineConfig
+    from autotune.search.baselines import effective_values
+
+    path = _write(tmp_path, _kimi_k3_text_config())
+    for tp, expected in ((8, 768), (16, 384)):  # 64 x ceil(6,512,640 / tp / (64 x 1,152))
+        dep = DeploymentSpec(name="k", model=str(path), gpu="B200-180GB", gpu_count=16,
+                             tensor_parallel_size=tp, max_model_len=16384)
+        assert effective_values(EngineConfig.from_mapping({"tensor_parallel_size": tp}),
+                                dep)["block_size"] == expected
+    (tmp_path / "k36").mkdir()  # 36 KDA heads do not split over 16 ranks
+    odd = _write(tmp_path / "k36", _kimi_k3_text_config(
+        linear_attn_config={**_kimi_k3_text_config()["linear_attn_config"], "num_heads": 36}))
+    dep = DeploymentSpec(name="k36", model=str(odd), gpu="B200-180GB", gpu_count=16,
+                         tensor_parallel_size=16, max_model_len=16384)
+    assert "tp_fits_linear_attention_heads" in {
+        v.rule for v in common_rule_violations(vllm_defaults(dep), dep)}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
+                    reason="the aiconfigurator extra is not installed")
+def test_the_bundled_kimi_k3_config_is_read() -> None:
+    m = catalogue.model("moonshotai/Kimi-K3")
+    assert m.total_params_b == pytest.approx(2779.5, abs=0.1)  # vLLM's weights, no MTP
+    assert m.active_params_b == pytest.approx(104.2, abs=0.1)
+    assert m.mamba_layers is not None and m.mamba_layers.layers == 69
+    assert m.full_attention_layers == 24

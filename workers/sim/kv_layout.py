@@ -7,7 +7,8 @@ Three layouts:
   heads and a head width of their own (Gemma 4); the mamba layers of a hybrid model (Qwen3.5's
   gated delta net, Nemotron-H's Mamba2) hold a fixed state per sequence, read and written each
   decode step;
-- MLA (DeepSeek-V3): one latent of kv_lora_rank + rope dims per layer, replicated on every rank;
+- MLA (DeepSeek-V3): one latent of kv_lora_rank + rope dims per layer, replicated on every rank
+  (Kimi-K3's KDA layers hold a fixed state per sequence instead);
 - DeepSeek-V4 hybrid: every layer keeps a raw sliding window of `sliding_window` entries (a
   fixed cost per sequence); CSA layers (ratio 4) add one compressed entry per 4 tokens plus an
   indexer key, HCA layers (ratio 128) one entry per 128 tokens. A decode step reads the window,
@@ -78,9 +79,13 @@ def kv_layout(model: Model, kv_cache_dtype: str, tensor_parallel_size: int,
         return KVLayout(per_token, window + linear * state, per_token,
                         window + 2 * linear * state, flops, float("inf"))
     if model.attention == MLA:
-        per_token = (model.kv_lora_rank + model.qk_rope_head_dim) * elem * layers
-        flops = 2 * heads_gpu * (model.head_dim + model.v_head_dim) * layers
-        return KVLayout(per_token, 0.0, per_token, 0.0, flops, float("inf"))
+        # Kimi-K3's KDA layers hold a fixed state per sequence instead, as the GQA hybrids'.
+        mla_layers = model.full_attention_layers
+        state = (model.mamba_layers.layers * model.mamba_layers.state_bytes(tp)
+                 if model.mamba_layers else 0.0)
+        per_token = (model.kv_lora_rank + model.qk_rope_head_dim) * elem * mla_layers
+        flops = 2 * heads_gpu * (model.head_dim + model.v_head_dim) * mla_layers
+        return KVLayout(per_token, state, per_token, 2 * state, flops, float("inf"))
     if model.attention == DSV4:
         entry = model.head_dim * elem
         index_key = model.index_head_dim * elem

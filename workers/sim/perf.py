@@ -240,7 +240,7 @@ class PerfModel:
             gathered_bytes = (moe_tokens - tokens) * m.hidden_size * 2
             base += 2 * m.moe_layers * (c.allreduce_latency_s + gathered_bytes / link_bps)
         if tp > 1:  # after every mixer and every MLP (MoE: not under DEP)
-            allreduces = m.sublayers - (m.moe_layers if dep else 0)
+            allreduces = m.tp_allreduces - (m.moe_layers * m.allreduces_per_moe_layer if dep else 0)
             base += allreduces * (c.allreduce_latency_s
                                   + tokens * m.hidden_size * 2 * 2 * (tp - 1) / tp / link_bps)
         if not graphed and (not self.graphs or tokens > self.graphs[-1]):
