@@ -62,7 +62,7 @@ def read_model_config(path: Path, name: str | None = None, hf_id: str = "",
 
 
 # Fields of layer kinds the simulator has no model for: Mamba/SSM layers outside a Nemotron-H
-# layer pattern, linear attention other than the gated delta net (Kimi-K3's).
+# layer pattern, linear attention other than the gated delta net and Kimi's KDA.
 _HYBRID_PREFIXES = ("mamba_", "linear_", "ssm_", "hybrid_", "layers_block_type",
                     "full_attention_interval")
 _KNOWN_LAYER_TYPES = {"full_attention", "sliding_attention"}
@@ -85,8 +85,8 @@ def _is_kimi_delta_attention(cfg: dict[str, Any]) -> bool:
 
 
 def _refuse_hybrid(cfg: dict[str, Any], where: str) -> None:
-    """ConfigError for a config whose layers are not all (sliding-window) attention or gated
-    delta nets: read as plain attention it would be modelled wrong without a word."""
+    """ConfigError for a config whose layers are not all (sliding-window) attention, gated
+    delta nets or KDA: read as plain attention it would be modelled wrong without a word."""
     gdn = _is_gated_delta_net(cfg)
     odd = sorted(k for k in cfg if k.startswith(_HYBRID_PREFIXES)
                  and not (gdn and k in _GDN_FIELDS)
@@ -100,8 +100,8 @@ def _refuse_hybrid(cfg: dict[str, Any], where: str) -> None:
     odd += [f"layer_types {t!r}" for t in sorted(set(cfg.get("layer_types") or []))
             if t not in known]
     if odd:
-        raise ConfigError(f"{where}: {', '.join(odd[:3])}: layers other than attention and "
-                          "gated delta nets (Mamba, other linear attention) are not modelled; "
+        raise ConfigError(f"{where}: {', '.join(odd[:3])}: layers other than attention, gated "
+                          "delta nets, Kimi's KDA and Nemotron-H's Mamba2 are not modelled; "
                           "choose a catalogue model or a transformer-only config")
 
 
