@@ -90,7 +90,7 @@ def default_block_size(model: catalogue.Model, gpu: catalogue.GPU) -> int:
 def resolved_hybrid_block_size(values: dict[str, Any], dep: DeploymentSpec) -> int:
     """A hybrid model's block size as vLLM runs it: the smallest multiple of the block size
     whose attention page (one attention layer's KV of a block, this rank) holds one mamba
-    layer's state (gated delta net or Mamba2), the state's page then padded to it
+    layer's state (gated delta net, KDA or Mamba2), the state's page then padded to it
     (vllm/platforms/interface.py, Platform._align_hybrid_block_size, for a mamba cache mode
     other than "all", which Qwen3.5 refuses: qwen3_5.py, Qwen3_5ForCausalLMBase; vLLM 0.32 has
     only "align" and "none"). Qwen3.5-27B at TP1 and block size 64: 3.2 MB of state against
