@@ -91,7 +91,8 @@ def resolved_hybrid_block_size(values: dict[str, Any], dep: DeploymentSpec) -> i
     """A hybrid model's block size as vLLM runs it: the smallest multiple of the block size
     whose attention page (one attention layer's KV of a block, this rank) holds one mamba
     layer's state (gated delta net, KDA or Mamba2), the state's page then padded to it
-    (vllm/platforms/interface.py, Platform._align_hybrid_block_size, for a mamba cache mode
+    (vllm/platforms/interface.py, Platform._align_hybrid_block_size, in steps of the block
+    size, or of 128 tokens for an MLA model where that is more, for a mamba cache mode
     other than "all", which Qwen3.5 refuses: qwen3_5.py, Qwen3_5ForCausalLMBase; vLLM 0.32 has
     only "align" and "none"). Qwen3.5-27B at TP1 and block size 64: 3.2 MB of state against
     4 KiB of KV per token, 832 tokens; Nemotron-3-Nano at TP1: 2.1 MB against 1 KiB, 2112;
@@ -103,12 +104,15 @@ def resolved_hybrid_block_size(values: dict[str, Any], dep: DeploymentSpec) -> i
         return block_size
     tp = int(values["tensor_parallel_size"])
     kv_bytes = 1 if str(values["kv_cache_dtype"]).startswith("fp8") else 2
-    if model.attention == catalogue.MLA:  # MLAAttentionSpec's page: one latent + rope entry
-        page = block_size * (model.kv_lora_rank + model.qk_rope_head_dim) * kv_bytes
+    if model.attention == catalogue.MLA:
+        # MLAAttentionSpec's page: one latent + rope entry; an MLA model aligns to at least 128.
+        align = max(block_size, 128)
+        page = align * (model.kv_lora_rank + model.qk_rope_head_dim) * kv_bytes
     else:  # FullAttentionSpec's: K and V of max(1, kv_heads // tp) heads (get_num_kv_heads)
-        page = (block_size * 2 * max(1, model.num_kv_heads // tp)
+        align = block_size
+        page = (align * 2 * max(1, model.num_kv_heads // tp)
                 * (model.full_attention_head_dim or model.head_dim) * kv_bytes)
-    return block_size * max(1, math.ceil(mamba.state_bytes(tp) / page))
+    return align * max(1, math.ceil(mamba.state_bytes(tp) / page))
 
 
 def resolved_kv_cache_dtype(asked: str, dep: DeploymentSpec) -> str:

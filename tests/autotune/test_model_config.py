@@ -710,7 +710,9 @@ def test_vllm_raises_kimi_k3s_block_size_to_hold_a_kda_state_in_an_mla_page(
     from autotune.search.baselines import effective_values
 
     path = _write(tmp_path, _kimi_k3_text_config())
-    for tp, expected in ((8, 768), (16, 384)):  # 64 x ceil(6,512,640 / tp / (64 x 1,152))
+    # Platform._align_hybrid_block_size aligns an MLA model to at least 128 tokens:
+    # 128 x ceil(6,512,640 / tp / (128 x 1,152)).
+    for tp, expected in ((1, 5760), (8, 768), (16, 384)):
         dep = DeploymentSpec(name="k", model=str(path), gpu="B200-180GB", gpu_count=16,
                              tensor_parallel_size=tp, max_model_len=16384)
         assert effective_values(EngineConfig.from_mapping({"tensor_parallel_size": tp}),
