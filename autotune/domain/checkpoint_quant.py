@@ -43,6 +43,22 @@ class CheckpointQuant:
         """Bytes per parameter of a part served in `fmt`."""
         return self.bytes_per_param if fmt == self.name else QUANT_FORMATS[fmt]
 
+    @property
+    def kv_cache_note(self) -> str:
+        """The declared KV cache, for a model's source line ("" where none is declared)."""
+        return f", KV cache {self.kv_cache_dtype} as declared" if self.kv_cache_dtype else ""
+
+
+def dense_bytes_per_param(quant: CheckpointQuant, parts: dict[str, float],
+                          formats: dict[str, str], bf16_params: float) -> float:
+    """Bytes per dense parameter as served: each quantisable dense part (attention, MLP, shared
+    experts, those `parts` has) in its format, and `bf16_params` (embeddings, the LM head,
+    routers) in bf16: vLLM's Fp8Config and the others quantise linear layers, and the exclusion
+    lists name lm_head and the routers."""
+    quantisable = [p for p in ("attention", "mlp", "shared") if p in parts]
+    stored = sum(parts[p] * quant.bytes_of(formats[p]) for p in quantisable)
+    return (stored + 2.0 * bf16_params) / (sum(parts[p] for p in quantisable) + bf16_params)
+
 
 def read_quant(qcfg: dict[str, Any] | None, where: str) -> CheckpointQuant:
     """The weight format of a quantization_config (or hf_quant_config.json)."""

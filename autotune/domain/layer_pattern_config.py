@@ -9,7 +9,12 @@ import math
 from collections import Counter
 from typing import Any
 
-from autotune.domain.checkpoint_quant import MODULES, CheckpointQuant, part_format
+from autotune.domain.checkpoint_quant import (
+    MODULES,
+    CheckpointQuant,
+    dense_bytes_per_param,
+    part_format,
+)
 from autotune.domain.config_fields import STATE_DTYPE_BYTES, first, need
 from autotune.domain.specs import GQA, Mamba2, Model
 from autotune.errors import ConfigError
@@ -113,10 +118,7 @@ def layer_pattern_model(cfg: dict[str, Any], pattern: str, quant: CheckpointQuan
                "shared": part_format("shared", quant, modules("E", "shared_experts.down_proj")
                                      if shared else []),
                "experts": part_format("experts", quant, modules("E", "experts.0.down_proj"))}
-    part_bytes = {p: quant.bytes_of(formats[p]) for p in formats}
-    dense_params = total - parts["experts"]
-    dense_bytes = (sum(parts[p] * part_bytes[p] for p in ("attention", "mlp", "shared"))
-                   + 2.0 * (embed + lm_head + parts["router"])) / dense_params
+    dense_bytes = dense_bytes_per_param(quant, parts, formats, embed + lm_head + parts["router"])
     main = max(("attention", "mlp", "shared"), key=lambda p: parts[p])
     dense_quant, expert_quant = formats[main], formats["experts"] if experts else "bf16"
     arch = ",".join(cfg.get("architectures") or [cfg.get("model_type", "?")])
@@ -131,7 +133,7 @@ def layer_pattern_model(cfg: dict[str, Any], pattern: str, quant: CheckpointQuan
                  f"token, width {moe_width}" + (f" at latent width {latent}" if latent else "")
                  if experts else "")
               + f"; vocab {vocab}; weights {dense_quant}/{expert_quant}"
-              + (f", KV cache {quant.kv_cache_dtype} as declared" if quant.kv_cache_dtype else "")
+              + quant.kv_cache_note
               + "; total "
               f"{total / 1e9:.1f}B and active {active / 1e9:.1f}B derived from the architecture "
               "(autotune/domain/layer_pattern_config.py)")
@@ -203,9 +205,7 @@ def nas_blocks_model(cfg: dict[str, Any], quant: CheckpointQuant, where: str, na
     lm_head = 0 if cfg.get("tie_word_embeddings") else vocab * hidden
     total = sum(parts.values()) + embed + lm_head
     formats = {part: part_format(part, quant, modules[part]) for part in modules}
-    dense_bytes = (parts["attention"] * quant.bytes_of(formats["attention"])
-                   + parts["mlp"] * quant.bytes_of(formats["mlp"])
-                   + 2.0 * (embed + lm_head)) / total
+    dense_bytes = dense_bytes_per_param(quant, parts, formats, embed + lm_head)
     dense_quant = formats[max(parts, key=lambda p: parts[p])]
     # One width stands for all in the shard rules: their greatest common divisor, since a
     # shard divisible for it is divisible for every layer's.
@@ -215,7 +215,7 @@ def nas_blocks_model(cfg: dict[str, Any], quant: CheckpointQuant, where: str, na
               f"({heads} heads, {kv} KV heads of dim {head_dim}), {len(widths)} Llama MLPs of "
               f"{min(widths, default=0)}-{max(widths, default=0)}; vocab {vocab}; weights "
               f"{dense_quant}"
-              + (f", KV cache {quant.kv_cache_dtype} as declared" if quant.kv_cache_dtype else "")
+              + quant.kv_cache_note
               + f"; total {total / 1e9:.1f}B derived from the architecture "
               "(autotune/domain/layer_pattern_config.py)")
     return Model(name, round(total / 1e9, 3), round((total - embed) / 1e9, 3),

@@ -21,7 +21,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from autotune.domain.checkpoint_quant import MODULES, CheckpointQuant, part_format, read_quant
+from autotune.domain.checkpoint_quant import (
+    MODULES,
+    CheckpointQuant,
+    dense_bytes_per_param,
+    part_format,
+    read_quant,
+)
 from autotune.domain.config_fields import STATE_DTYPE_BYTES, first, need
 from autotune.domain.layer_pattern_config import layer_pattern, layer_pattern_model, nas_blocks_model
 from autotune.domain.specs import GQA, MLA, GatedDeltaNet, KimiDeltaAttention, Model
@@ -377,12 +383,7 @@ def _model(cfg: dict[str, Any], quant: CheckpointQuant, where: str, name: str,
         "experts": [f"{i}.{_experts_module(cfg, mlp_beside_experts)}"
                     for i in range(first_dense, layers)] if experts else []}
     formats = {part: part_format(part, quant, modules[part]) for part in modules}
-    part_bytes = {p: quant.bytes_of(formats[p]) for p in formats}
-    # Embeddings, the LM head and routers stay bf16 (vLLM's Fp8Config and the others quantise
-    # linear layers; the exclusion lists name lm_head and the routers).
-    dense_params = total - parts["experts"]
-    dense_bytes = (sum(parts[p] * part_bytes[p] for p in ("attention", "mlp", "shared"))
-                   + 2.0 * (embed + lm_head + parts["router"])) / dense_params
+    dense_bytes = dense_bytes_per_param(quant, parts, formats, embed + lm_head + parts["router"])
     # The dense format the rules key on: the largest quantisable dense part's.
     main = max(("attention", "mlp", "shared"), key=lambda p: parts[p])
     dense_quant = formats[main]
@@ -413,7 +414,7 @@ def _model(cfg: dict[str, Any], quant: CheckpointQuant, where: str, name: str,
                  "attention reads every context token" if cfg.get("index_topk")
                  or (cfg.get("sparse_attention_config") or {}).get("use_sparse_attention") else "")
               + f"; vocab {vocab}; weights {dense_quant}/{expert_quant}"
-              + (f", KV cache {quant.kv_cache_dtype} as declared" if quant.kv_cache_dtype else "")
+              + quant.kv_cache_note
               + "; total "
               f"{total / 1e9:.1f}B and active {active / 1e9:.1f}B derived from the architecture "
               "(autotune/domain/model_config.py)")
