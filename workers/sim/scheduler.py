@@ -31,14 +31,24 @@ any rank has work.
 
 Speed: runs of decode-only steps in which nothing arrives, finishes or needs memory it cannot get
 are advanced in one go; their step times are evaluated as one array (one rank at a time: ranks
-in lockstep step one step at a time).
+in lockstep step one step at a time). Within a step, the running requests that decoded in the
+step before ("lazy decodes") are not walked one by one: they advance together by one token a
+step (a rank-wide `tick`), two heaps say which one finishes or needs a new KV block at which
+tick, and only the prompts being computed are handled one at a time. A saturated engine's step
+then costs O(prompts + finishes + block allocations) instead of O(running requests). Where
+vLLM's order of the running requests could matter (a request would be preempted or left out of
+the step for want of budget, or a prompt sits before a decode in running order) the step is
+taken one request at a time, as before; both ways give the same result (tests/workers/
+test_sim_scheduler.py).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import OrderedDict, deque
 from collections.abc import Sequence
+from itertools import islice
 
 import numpy as np
 
@@ -53,7 +63,8 @@ INF = float("inf")
 class _Req:
     __slots__ = ("i", "arrival", "prompt", "target", "hashes", "generated", "computed",
                  "prefill_len", "private", "shared", "shared_blocks", "cap", "sched_s",
-                 "first_s", "last_s", "done_s", "looked_up", "running", "registered", "chunk")
+                 "first_s", "last_s", "done_s", "looked_up", "running", "registered", "chunk",
+                 "seq", "lazy", "t0", "stamp")
 
     def __init__(self, i: int, arrival: float, prompt: int, target: int,
                  hashes: tuple[int, ...]) -> None:
@@ -70,6 +81,11 @@ class _Req:
         self.running = False
         self.registered = not hashes  # nothing to cache for a request without hashes
         self.chunk = 0  # prompt tokens it computes in the step being built
+        self.seq = 0  # its place in `running` (admission order)
+        # A lazy decode (see _Rank): computed, generated and last_s as of rank tick t0; its
+        # heap entries carry `stamp` and go stale when it changes.
+        self.lazy = False
+        self.t0 = self.stamp = 0
 
 
 class _PrefixCache:
@@ -117,6 +133,8 @@ class _Rank:
     """One engine core's scheduler (the whole engine, or one DP rank): its queue, running
     requests, KV blocks and prefix cache, and the inter-token gaps it has seen."""
 
+    lazy_decodes = True  # False: every step one request at a time (the reference, in tests)
+
     def __init__(self, perf: PerfModel, hash_block_tokens: int, noise: float) -> None:
         s = perf.shape
         self.perf, self.noise = perf, noise
@@ -130,7 +148,7 @@ class _Rank:
         self.free = float(perf.num_blocks)  # includes evictable cached blocks
         self.low_free = self.free  # the fewest free blocks seen: peak KV-cache usage
         self.waiting: deque[_Req] = deque()
-        self.running: list[_Req] = []
+        self.running: dict[_Req, None] = {}  # in admission order; the newest is preempted first
         self.clock = 0.0
         self.async_lag = perf.overlap_cpu  # async scheduling: batches formed one step ahead
         self.step_start = 0.0  # when the step that ended at `clock` started
@@ -145,6 +163,19 @@ class _Rank:
         # After a step, over the requests still running: whether one is mid-prefill, the fewest
         # tokens one has left to generate, and their context tokens (decode runs start from it).
         self.mid_prefill, self.k, self.kv = False, HORIZON_STEPS, 0
+        # Lazy decodes (module docstring, "Speed"): every running request that decoded in the
+        # last step advances by one token a step without being touched. `tick` counts the
+        # steps they have taken; `lazy_kv` is their context tokens, `lazy_last` the end of
+        # their last step. Two heaps say when one finishes and when one needs a block.
+        self.tick = self.lazy_n = self.lazy_kv = 0
+        self.lazy_last = float("nan")
+        self._finishes: list[tuple[int, int, int, _Req]] = []  # (tick, seq, stamp, request)
+        self._blocks: list[tuple[int, int, int, _Req]] = []  # (tick it needs one, ...)
+        self.prefilling: list[_Req] = []  # the running requests mid-prompt, in running order
+        self.stragglers = 0  # running decodes that are not lazy (they missed the last step)
+        self._lazy_seq_max = -1  # the newest lazy decode's seq (at least)
+        self._seq = 0
+        self._lazy_step = False  # whether the step being built was built lazily
 
     @property
     def busy(self) -> bool:
@@ -248,7 +279,7 @@ class _Rank:
         running = self.running
         preempted = False
         while extra > self.free and running:
-            victim = running.pop()  # the newest running request
+            victim = running.popitem()[0]  # the newest running request
             self._preempt(victim)
             preempted = True
             if victim is r:
@@ -269,6 +300,78 @@ class _Rank:
             kv += r.computed
         self.mid_prefill, self.k, self.kv = False, k, kv
 
+    # --- lazy decodes ------------------------------------------------------------------------
+
+    def _computed(self, r: _Req) -> int:
+        """r's context tokens now: a lazy decode's counters lag by the steps since it joined."""
+        return r.computed + self.tick - r.t0 if r.lazy else r.computed
+
+    def _join(self, r: _Req) -> None:
+        """r decoded in the step that just ended: from now on it advances without being touched.
+        Its block entry's tick is the first at which it needs a block before a step
+        (_schedule_lazily), and the last at which it needs none after a run of steps (advance)."""
+        r.lazy, r.t0 = True, self.tick
+        r.stamp = stamp = r.stamp + 1
+        heapq.heappush(self._finishes, (self.tick + r.target - r.generated, r.seq, stamp, r))
+        heapq.heappush(self._blocks, (self.tick + math.floor(r.cap - r.computed), r.seq, stamp, r))
+        self.lazy_n += 1
+        self.lazy_kv += r.computed
+        if r.seq > self._lazy_seq_max:
+            self._lazy_seq_max = r.seq
+
+    def _leave(self, r: _Req) -> None:
+        """Bring a lazy decode's counters up to date; its heap entries go stale."""
+        d = self.tick - r.t0
+        if d:
+            r.computed += d
+            r.generated += d
+            r.last_s = self.lazy_last
+        r.lazy = False
+        r.stamp += 1
+        self.lazy_n -= 1
+        self.lazy_kv -= r.computed
+
+    def _settle(self) -> None:
+        """Every request up to date, for a step taken one request at a time."""
+        for r in self.running:
+            if r.lazy:
+                self._leave(r)
+        self._finishes.clear()
+        self._blocks.clear()
+        self.prefilling = []
+
+    def _relazify(self) -> None:
+        """After a step or run taken one request at a time: the decodes that took it go lazy
+        again; those it skipped (out of token budget) are stragglers until they step."""
+        self.prefilling, self.stragglers, self._lazy_seq_max = [], 0, -1
+        for r in self.running:
+            if r.computed < r.prefill_len:
+                self.prefilling.append(r)
+            elif r.last_s == self.clock:
+                self._join(r)
+            else:
+                self.stragglers += 1
+        self.lazy_last = self.clock
+
+    def _due(self, heap: list[tuple[int, int, int, _Req]], last_tick: int) -> list[_Req]:
+        """Pop the live entries of a heap up to last_tick (stale ones are dropped)."""
+        out = []
+        while heap and heap[0][0] <= last_tick:
+            _, _, stamp, r = heapq.heappop(heap)
+            if r.lazy and stamp == r.stamp:
+                out.append(r)
+        return out
+
+    def _push_block(self, r: _Req) -> None:
+        heapq.heappush(self._blocks, (r.t0 + math.floor(r.cap - r.computed), r.seq, r.stamp, r))
+
+    def _next_finish(self) -> int:
+        """The fewest tokens a lazy decode has left (HORIZON_STEPS if none)."""
+        heap = self._finishes
+        while heap and (not heap[0][3].lazy or heap[0][2] != heap[0][3].stamp):
+            heapq.heappop(heap)
+        return heap[0][0] - self.tick if heap else HORIZON_STEPS
+
     # --- one step --------------------------------------------------------------------------
 
     def admit_cutoff(self, clock: float) -> float:
@@ -284,15 +387,110 @@ class _Rank:
         `admit_cutoff` wait another step): the batch, or None if nothing could be scheduled."""
         running, waiting = self.running, self.waiting
         cutoff = self.admit_cutoff(clock)
-        budget = self.budget_max
-        long_cap = self.threshold if len(running) + len(waiting) > 1 else budget
-        preempted = skipped = False
-        decode_kv = decode_seqs = prefill_tokens = prefill_seqs = 0
+        long_cap = self.threshold if len(running) + len(waiting) > 1 else self.budget_max
+        lazily = self._schedule_lazily(long_cap)
+        self._lazy_step = lazily is not None
+        if lazily is None:
+            self._settle()
+            (budget, preempted, skipped, decode_seqs, decode_kv, prefill_seqs, prefill_tokens,
+             pairs) = self._schedule_one_by_one(long_cap)
+        else:
+            budget, decode_seqs, decode_kv, prefill_seqs, prefill_tokens, pairs = lazily
+            preempted = skipped = False
+        scheduled = decode_seqs + prefill_seqs
+        while waiting and not preempted and len(running) < self.max_seqs and budget > 0:
+            r = waiting[0]
+            if r.arrival > cutoff:
+                break
+            if not r.looked_up and r.computed == 0 and self.caching:
+                self._lookup(r)
+            remaining = r.prefill_len - r.computed
+            if not self.chunked and remaining > budget:
+                break
+            need = min(remaining, budget, long_cap)
+            extra = self._extra_blocks(r, r.computed + need)
+            if extra > self.free:
+                break
+            waiting.popleft()
+            self._take(r, extra)
+            budget -= need
+            r.seq, self._seq = self._seq, self._seq + 1
+            running[r] = None
+            self.prefilling.append(r)
+            r.running = True
+            if r.sched_s != r.sched_s:  # NaN: first time scheduled
+                r.sched_s = clock
+            scheduled += 1
+            prefill_seqs += 1  # a waiting request always has prompt left to compute
+            prefill_tokens += need
+            pairs += need * (r.computed + need / 2)
+            r.chunk = need
+        self._scheduled, self._skipped = scheduled, skipped
+        if not scheduled:
+            if not self._lazy_step:
+                self._relazify()
+            return None
+        return RankBatch(decode_seqs, decode_kv, prefill_tokens, prefill_seqs, pairs)
+
+    def _schedule_lazily(self, long_cap: int
+                         ) -> tuple[int, int, int, int, int, float] | None:
+        """The running requests' share of the step where nothing needs them one by one: no
+        stragglers, every lazy decode before every prompt in running order, the budget and the
+        free blocks enough for all. Returns the budget left, decodes, their context tokens,
+        prompts, their tokens and attention pairs; None where the step must be taken one by one
+        (nothing changed but the block heap, which _settle rebuilds)."""
+        prefilling = self.prefilling
+        if (not self.lazy_decodes or self.stragglers
+                or (prefilling and prefilling[0].seq < self._lazy_seq_max)):
+            return None
+        decodes, tick = self.lazy_n, self.tick
+        budget = self.budget_max - decodes
+        if budget < 0:
+            return None
+        # Decodes whose next token needs a new block, and each prompt's next chunk.
+        due = self._due(self._blocks, tick) if self._blocks and self._blocks[0][0] <= tick else []
+        grow = [self._extra_blocks(r, r.computed + tick - r.t0 + 1) for r in due]
+        need_blocks = sum(grow)
+        chunks = []
+        for r in prefilling:
+            if budget <= 0:
+                return None  # out of tokens: the rest of `running` would be skipped
+            need = min(r.prefill_len - r.computed, budget, long_cap)
+            extra = self._extra_blocks(r, r.computed + need) if r.computed + need > r.cap else 0
+            chunks.append(extra)
+            need_blocks += extra
+            budget -= need
+            r.chunk = need
+        if need_blocks > self.free:
+            return None  # someone would be preempted
+        for r, extra in zip(due, grow, strict=True):
+            self._take(r, extra)
+            self._push_block(r)
         pairs = 0.0
-        # Running requests first, in order. Preemption only takes running[-1], at or after r,
-        # so the iteration stays valid and a victim is never one already scheduled: what this
-        # step schedules is always a prefix of `running` (admitted requests are appended).
-        for r in running:
+        tokens = 0
+        for r, extra in zip(prefilling, chunks, strict=True):
+            if extra:
+                self._take(r, extra)
+            tokens += r.chunk
+            pairs += r.chunk * (r.computed + r.chunk / 2)
+        return budget, decodes, self.lazy_kv, len(prefilling), tokens, pairs
+
+    def _schedule_one_by_one(self, long_cap: int
+                             ) -> tuple[int, bool, bool, int, int, int, int, float]:
+        """The running requests' share of the step, one request at a time in running order, as
+        vLLM's scheduler walks them: budget left, whether any was preempted or skipped,
+        decodes, their context tokens, prompts, their tokens and attention pairs."""
+        running = self.running
+        budget = self.budget_max
+        preempted = skipped = False
+        decode_kv = decode_seqs = prefill_seqs = prefill_tokens = 0
+        pairs = 0.0
+        # Running requests first, in order. Preemption only takes the newest running request,
+        # at or after r, so a victim is never one already scheduled: what this step schedules
+        # is always a prefix of `running` (admitted requests are added at its end).
+        for r in list(running):
+            if not r.running:
+                break  # preempted by one before it: so is every one after it
             if budget <= 0:
                 skipped = True  # out of tokens: the rest of `running` waits this step
                 break
@@ -316,48 +514,68 @@ class _Rank:
                 prefill_tokens += need
                 pairs += need * (computed + need / 2)
                 r.chunk = need
-        scheduled = decode_seqs + prefill_seqs
-        while waiting and not preempted and len(running) < self.max_seqs and budget > 0:
-            r = waiting[0]
-            if r.arrival > cutoff:
-                break
-            if not r.looked_up and r.computed == 0 and self.caching:
-                self._lookup(r)
-            remaining = r.prefill_len - r.computed
-            if not self.chunked and remaining > budget:
-                break
-            need = min(remaining, budget, long_cap)
-            extra = self._extra_blocks(r, r.computed + need)
-            if extra > self.free:
-                break
-            waiting.popleft()
-            self._take(r, extra)
-            budget -= need
-            running.append(r)
-            r.running = True
-            if r.sched_s != r.sched_s:  # NaN: first time scheduled
-                r.sched_s = clock
-            scheduled += 1
-            prefill_seqs += 1  # a waiting request always has prompt left to compute
-            prefill_tokens += need
-            pairs += need * (r.computed + need / 2)
-            r.chunk = need
-        self._scheduled, self._skipped = scheduled, skipped
-        if not scheduled:
-            return None
-        return RankBatch(decode_seqs, decode_kv, prefill_tokens, prefill_seqs, pairs)
+        return (budget, preempted, skipped, decode_seqs, decode_kv, prefill_seqs, prefill_tokens,
+                pairs)
 
     def complete(self, batch: RankBatch, step_start: float, clock: float) -> None:
         """The step scheduled at step_start ends at `clock`: its tokens are out."""
         self.clock, self.step_start = clock, step_start
+        if self._lazy_step:
+            self._complete_lazily(step_start, clock)
+        else:
+            self._complete_one_by_one(batch, step_start, clock)
+            self._relazify()
+
+    def _complete_lazily(self, step_start: float, clock: float) -> None:
+        """A step built by _schedule_lazily: every lazy decode took one token (one shared gap),
+        those whose last token it was finish, and the prompts are handled one by one."""
+        decodes = self.lazy_n
+        self.tick = tick = self.tick + 1
+        self.lazy_kv += decodes
+        if decodes:
+            if step_start == self.lazy_last:
+                self.shared_gaps.append(clock - step_start)
+                self.shared_counts.append(decodes)
+            else:  # they missed the steps between (a lockstep rank that could not schedule)
+                self.single_gaps.extend([clock - self.lazy_last] * decodes)
+        self.lazy_last = clock
+        running = self.running
+        if self._finishes and self._finishes[0][0] <= tick:
+            for r in self._due(self._finishes, tick):  # in running order: ties go by seq
+                self._end(r, clock)
+        mid_prompt = []
+        for r in self.prefilling:
+            r.computed = computed = r.computed + r.chunk
+            if computed < r.prefill_len:
+                mid_prompt.append(r)
+                continue  # a prefill chunk that does not finish the prompt emits nothing
+            if self.caching and not r.registered:
+                self._register(r)
+            if r.generated == 0:
+                r.first_s = clock
+            else:
+                self.single_gaps.append(clock - r.last_s)
+            r.last_s = clock
+            r.generated += 1
+            if r.target - r.generated <= 0:
+                self._finish(r, clock)
+                del running[r]
+            else:
+                self._join(r)
+        self.prefilling = mid_prompt
+        self.mid_prefill, self.k, self.kv = bool(mid_prompt), self._next_finish(), self.lazy_kv
+
+    def _complete_one_by_one(self, batch: RankBatch, step_start: float, clock: float) -> None:
+        """A step built by _schedule_one_by_one, its requests walked in running order."""
         running, scheduled, skipped = self.running, self._scheduled, self._skipped
-        any_done = mid_prefill = False
+        done = []
+        mid_prefill = False
         after_previous_step = 0  # decodes whose last token came at step_start: one shared gap
         single_gaps = self.single_gaps
         # Over the requests still running after the step (see _run_state): the fewest tokens
         # left, and the context tokens (each decode adds one; completions are taken off).
         k, kv = HORIZON_STEPS, batch.decode_kv_tokens + batch.decode_seqs
-        for r in (running[:scheduled] if skipped else running):
+        for r in list(islice(running, scheduled) if skipped else running):
             computed = r.computed
             if computed >= r.prefill_len:  # a decode: one token
                 r.computed = computed = computed + 1
@@ -371,7 +589,7 @@ class _Rank:
                 left = r.target - generated
                 if left <= 0:
                     self._finish(r, clock)
-                    any_done = True
+                    done.append(r)
                     kv -= computed
                 elif left < k:
                     k = left
@@ -391,7 +609,7 @@ class _Rank:
             left = r.target - generated
             if left <= 0:
                 self._finish(r, clock)
-                any_done = True
+                done.append(r)
             else:
                 if left < k:
                     k = left
@@ -399,8 +617,8 @@ class _Rank:
         if after_previous_step:
             self.shared_gaps.append(clock - step_start)
             self.shared_counts.append(after_previous_step)
-        if any_done:
-            self.running = [r for r in running if r.running]
+        for r in done:
+            del running[r]
         self.mid_prefill, self.k, self.kv = mid_prefill, k, kv
         if skipped:  # some running requests were not in this step
             self._run_state()
@@ -420,16 +638,63 @@ class _Rank:
         # Memory: stop before the first step whose new blocks no longer fit (each sequence
         # needs at most k // bs + 1 new blocks; the exact count only when that may not fit).
         if len(running) * (k // self.bs + 1) > self.free:
-            k = _steps_that_fit([r.cap - r.computed for r in running], k, self.free, self.bs)
+            k = _steps_that_fit([r.cap - self._computed(r) for r in running], k, self.free,
+                                self.bs)
         return k if k >= MIN_RUN else 0
 
     def advance(self, steps: int, clock: float, last_start: float) -> None:
         """Every running request decodes `steps` tokens, the last in the step from last_start
         to `clock`."""
-        bs, running = self.bs, self.running
         self.clock, self.step_start = clock, last_start
+        if self.stragglers or not self.lazy_decodes:
+            self._settle()
+            self._advance_one_by_one(steps, clock)
+            self._relazify()
+            return
+        self.tick = tick = self.tick + steps
+        self.lazy_kv += self.lazy_n * steps
+        self.lazy_last = clock
+        # Those that outgrew their blocks (_join: past their entry's tick) and those that
+        # finished (all at this tick: a run ends at the first finish), each in running order;
+        # where there are both, blocks are taken and freed in running order, as one by one.
+        blocks, finishes = self._blocks, self._finishes
+        grow = self._due(blocks, tick - 1) if blocks and blocks[0][0] < tick else []
+        done = self._due(finishes, tick) if finishes and finishes[0][0] <= tick else []
+        if grow and done:
+            growing, ending = set(grow), set(done)
+            for r in sorted(growing | ending, key=_by_seq):
+                if r in growing:
+                    self._grow(r)
+                if r in ending:
+                    self._end(r, clock)
+                else:
+                    self._push_block(r)
+        else:
+            for r in grow:
+                self._grow(r)
+                self._push_block(r)
+            for r in done:
+                self._end(r, clock)
+        self.k, self.kv = self._next_finish(), self.lazy_kv
+
+    def _grow(self, r: _Req) -> None:
+        """A lazy decode takes the blocks its context has outgrown."""
+        extra = math.ceil((r.computed + self.tick - r.t0 - r.cap) / self.bs)
+        r.cap += extra * self.bs
+        r.private += extra
+        self.free -= extra
+        self._after_alloc()
+
+    def _end(self, r: _Req, clock: float) -> None:
+        """A lazy decode's last token came at `clock`."""
+        self._leave(r)
+        self._finish(r, clock)
+        del self.running[r]
+
+    def _advance_one_by_one(self, steps: int, clock: float) -> None:
+        bs, running = self.bs, self.running
         k, kv = HORIZON_STEPS, self.kv + len(running) * steps
-        any_done = False
+        done = []
         for r in running:
             r.computed = computed = r.computed + steps
             r.generated = generated = r.generated + steps
@@ -443,12 +708,12 @@ class _Rank:
             left = r.target - generated
             if left <= 0:
                 self._finish(r, clock)
-                any_done = True
+                done.append(r)
                 kv -= computed
             elif left < k:
                 k = left
-        if any_done:
-            self.running = [r for r in running if r.running]
+        for r in done:
+            del running[r]
         self.k, self.kv = k, kv
 
     def decode_runs(self, next_arrival: float, more_arrivals: bool,
@@ -725,6 +990,12 @@ def _result(perf: PerfModel, reqs: list[_Req], group: list[_Rank], refused: int,
             "kv_cache_usage_peak": max(1.0 - rank.low_free / perf.num_blocks for rank in group)},
         queue_s=queue - arrival,
     )
+
+
+def _by_seq(r: _Req) -> int:
+    return r.seq
+
+
 def _steps_that_fit(room: list[float], k: int, free: float, bs: int) -> int:
     """The most decode steps (<= k) whose new blocks fit in `free`, given the tokens each
     sequence can still add to the blocks it holds."""
