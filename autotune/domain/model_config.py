@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from autotune.domain.catalogue_dsv4 import DSV4_MODELS
 from autotune.domain.checkpoint_quant import (
     MODULES,
     CheckpointQuant,
@@ -29,6 +30,7 @@ from autotune.domain.checkpoint_quant import (
     read_quant,
 )
 from autotune.domain.config_fields import STATE_DTYPE_BYTES, first, need
+from autotune.domain.dsv4_config import is_dsv4, read_dsv4
 from autotune.domain.layer_pattern_config import layer_pattern, layer_pattern_model, nas_blocks_model
 from autotune.domain.specs import GQA, MLA, GatedDeltaNet, KimiDeltaAttention, Model
 from autotune.errors import ConfigError
@@ -51,9 +53,8 @@ def read_model_config(path: Path, name: str | None = None, hf_id: str = "",
     if qcfg is None and quant_path is not None:
         qcfg = _load(quant_path)
     where = str(path)
-    if "compress_ratios" in arch:
-        raise ConfigError(f"{where}: DeepSeek-V4's hybrid attention is not read from config.json; "
-                          "use the catalogue entries DeepSeek-V4-Flash or DeepSeek-V4-Pro")
+    if is_dsv4(arch):
+        return read_dsv4(arch, list(DSV4_MODELS), where, name or _default_name(path), hf_id)
     pattern = layer_pattern(arch, where)
     if pattern:
         return layer_pattern_model(arch, pattern, read_quant(qcfg, where), where,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import shutil
@@ -734,3 +735,74 @@ def test_the_bundled_kimi_k3_config_is_read() -> None:
     assert m.active_params_b == pytest.approx(104.2, abs=0.1)
     assert m.mamba_layers is not None and m.mamba_layers.layers == 69
     assert m.full_attention_layers == 24
+
+
+def _dsv4_config(name: str, **changes: object) -> dict[str, object]:
+    """A DeepSeek-V4 config.json in the published shape of the catalogue entry `name` (the
+    fields dsv4_config.ARCHITECTURE reads, and the FP8 quantization_config DeepSeek ships)."""
+    from autotune.domain.dsv4_config import ARCHITECTURE
+
+    m = catalogue.MODELS[name]
+    cfg: dict[str, object] = {key: getattr(m, field) for field, key in ARCHITECTURE.items()}
+    cfg.update({"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4",
+                "compress_ratios": [*m.compress_ratios, 0], "num_nextn_predict_layers": 1,
+                "num_key_value_heads": 1, "expert_dtype": "fp4",
+                "quantization_config": {"quant_method": "fp8", "fmt": "e4m3",
+                                        "scale_fmt": "ue8m0", "weight_block_size": [128, 128],
+                                        "activation_scheme": "dynamic"}})
+    cfg.update(changes)
+    return cfg
+
+
+@pytest.mark.parametrize("name", ["DeepSeek-V4-Flash", "DeepSeek-V4-Pro"])
+def test_a_deepseek_v4_config_reads_as_its_catalogue_entry(tmp_path: Path, name: str) -> None:
+    m = read_model_config(_write(tmp_path, _dsv4_config(name)), hf_id="x/y")
+    entry = catalogue.MODELS[name]
+    assert m == dataclasses.replace(entry, name=m.name, source=m.source, hf_id="x/y")
+    assert f"catalogue's {name}" in m.source
+
+
+def test_a_deepseek_v4_checkpoints_experts_are_read_as_vllm_routes_them(tmp_path: Path) -> None:
+    # vllm/models/deepseek_v4/quant_config.py, DeepseekV4FP8Config.get_quant_method.
+    nvfp4 = _dsv4_config("DeepSeek-V4-Flash")
+    nvfp4["quantization_config"] = {**nvfp4["quantization_config"],  # type: ignore[dict-item]
+                                    "moe_quant_algo": "NVFP4", "quant_algo": "MIXED_PRECISION",
+                                    "ignore": ["*.attn.*", "*.ffn.shared_experts.*", "head"]}
+    m = read_model_config(_write(tmp_path, nvfp4))
+    assert (m.dense_quant, m.expert_quant, m.expert_bytes_per_param) == ("fp8_block", "nvfp4",
+                                                                          0.5625)
+    base = read_model_config(_write(tmp_path, _dsv4_config("DeepSeek-V4-Flash",
+                                                           expert_dtype="fp8")))
+    assert (base.expert_quant, base.expert_bytes_per_param) == ("fp8_block", 1.0)
+    # No expert_dtype: vLLM defaults it to fp4 (MXFP4).
+    plain = _dsv4_config("DeepSeek-V4-Flash")
+    del plain["expert_dtype"]
+    assert read_model_config(_write(tmp_path, plain)).expert_quant == "fp4"
+    assert base.weight_bytes > m.weight_bytes > read_model_config(tmp_path / "config.json").weight_bytes
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"hidden_size": 5120}, "match no catalogue entry .closest DeepSeek-V4-Flash; differs in "
+                            "hidden_size"),
+    ({"model_type": "deepseek_ref"}, "model_type 'deepseek_ref' is not one vLLM reads"),
+    ({"expert_dtype": "int4"}, "expert_dtype 'int4'; vLLM accepts fp4 or fp8"),
+    ({"quantization_config": None}, "quant_method None"),
+])
+def test_a_deepseek_v4_config_vllm_would_not_serve_as_such_is_refused(
+        tmp_path: Path, changes: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        read_model_config(_write(tmp_path, _dsv4_config("DeepSeek-V4-Flash", **changes)))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("aiconfigurator_core") is None,
+                    reason="the aiconfigurator extra is not installed")
+def test_the_bundled_deepseek_v4_exports_read_or_say_why_not() -> None:
+    from autotune.domain.model_sources import resolve
+
+    for hf_id, entry in (("nvidia/DeepSeek-V4-Flash-NVFP4", "DeepSeek-V4-Flash"),
+                         ("nvidia/DeepSeek-V4-Pro-NVFP4", "DeepSeek-V4-Pro")):
+        m = resolve(hf_id)
+        assert (m.expert_quant, m.dense_quant, m.num_layers) == (
+            "nvfp4", "fp8_block", catalogue.MODELS[entry].num_layers)
+    with pytest.raises(ConfigError, match="deepseek_ref"):
+        resolve("sgl-project/DeepSeek-V4-Flash-FP8")
