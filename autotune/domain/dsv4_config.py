@@ -93,7 +93,9 @@ def _closest(arch: dict[str, object], entries: list[Model]) -> tuple[Model, list
 
 def _expert_quant(cfg: dict[str, Any], where: str) -> str:
     q = cfg.get("quantization_config")
-    method = q.get("quant_method") if isinstance(q, dict) else None
+    if not isinstance(q, dict):
+        q = {}
+    method = q.get("quant_method")
     if method not in ("fp8", "deepseek_v4_fp8"):
         raise ConfigError(
             f"{where}: quantization_config.quant_method {method!r}; the simulator reads the "
