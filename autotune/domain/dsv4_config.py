@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from autotune.domain.config_fields import need
 from autotune.domain.specs import QUANT_FORMATS, Model
 from autotune.errors import ConfigError
 
@@ -41,14 +42,15 @@ ARCHITECTURE = {"num_layers": "num_hidden_layers", "hidden_size": "hidden_size",
 EXPERT_DTYPES = ("fp4", "fp8")  # quant_config.py, _DEEPSEEK_V4_EXPERT_DTYPES
 
 
-def architecture(cfg: dict[str, Any]) -> dict[str, object]:
-    """A V4 config's architecture fields by Model field name (missing ones None)."""
-    arch: dict[str, object] = {field: cfg.get(key) for field, key in ARCHITECTURE.items()}
+def architecture(cfg: dict[str, Any], where: str) -> dict[str, object]:
+    """A V4 config's architecture fields by Model field name; ConfigError for a missing one."""
+    arch: dict[str, object] = {field: need(cfg, key, where) for field, key in ARCHITECTURE.items()}
     ratios = cfg.get("compress_ratios")
-    layers = cfg.get("num_hidden_layers")
+    if not isinstance(ratios, list) or len(ratios) < cfg["num_hidden_layers"]:
+        raise ConfigError(f"{where}: field 'compress_ratios' needs one entry per layer "
+                          f"({cfg['num_hidden_layers']}), got {ratios!r}")
     # The list has one more entry than there are layers: the MTP layer's.
-    arch["compress_ratios"] = (tuple(ratios[:layers]) if isinstance(ratios, list)
-                               and isinstance(layers, int) else None)
+    arch["compress_ratios"] = tuple(ratios[:cfg["num_hidden_layers"]])
     return arch
 
 
@@ -63,7 +65,7 @@ def read_dsv4(cfg: dict[str, Any], entries: list[Model], where: str, name: str,
             "registers 'deepseek_v4', vllm/transformers_utils/config.py); an export for another "
             "engine (SGLang's is 'deepseek_ref') does not load in vLLM. Use the published "
             "checkpoint (deepseek-ai/DeepSeek-V4-Flash or -Pro) or NVIDIA's NVFP4 export")
-    arch = architecture(cfg)
+    arch = architecture(cfg, where)
     entry, differ = _closest(arch, entries)
     if differ:
         raise ConfigError(

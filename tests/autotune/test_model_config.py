@@ -787,6 +787,8 @@ def test_a_deepseek_v4_checkpoints_experts_are_read_as_vllm_routes_them(tmp_path
     ({"model_type": "deepseek_ref"}, "model_type 'deepseek_ref' is not one vLLM reads"),
     ({"expert_dtype": "int4"}, "expert_dtype 'int4'; vLLM accepts fp4 or fp8"),
     ({"quantization_config": None}, "quant_method None"),
+    ({"index_topk": None}, "field 'index_topk' is missing"),
+    ({"compress_ratios": [0, 0, 4]}, "'compress_ratios' needs one entry per layer .43."),
 ])
 def test_a_deepseek_v4_config_vllm_would_not_serve_as_such_is_refused(
         tmp_path: Path, changes: dict[str, object], message: str) -> None:
