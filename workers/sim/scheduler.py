@@ -313,7 +313,7 @@ class _Rank:
         r.lazy, r.t0 = True, self.tick
         r.stamp = stamp = r.stamp + 1
         heapq.heappush(self._finishes, (self.tick + r.target - r.generated, r.seq, stamp, r))
-        heapq.heappush(self._blocks, (self.tick + math.floor(r.cap - r.computed), r.seq, stamp, r))
+        self._push_block(r)
         self.lazy_n += 1
         self.lazy_kv += r.computed
         if r.seq > self._lazy_seq_max:
@@ -363,7 +363,9 @@ class _Rank:
         return out
 
     def _push_block(self, r: _Req) -> None:
-        heapq.heappush(self._blocks, (r.t0 + math.floor(r.cap - r.computed), r.seq, r.stamp, r))
+        """r's block entry (_join), unless the blocks it holds take it to its last token."""
+        if r.computed + r.target - r.generated > r.cap:  # both counters lag alike
+            heapq.heappush(self._blocks, (r.t0 + math.floor(r.cap - r.computed), r.seq, r.stamp, r))
 
     def _next_finish(self) -> int:
         """The fewest tokens a lazy decode has left (HORIZON_STEPS if none)."""
