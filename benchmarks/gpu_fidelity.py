@@ -5,7 +5,9 @@ static estimate of the same rows in the same run. The rows are the judge: nothin
 them (benchmarks/data/README.md).
 
 Each row is simulated as it was measured (benchmarks/gpu_fidelity_rows.py says how the columns
-are read): the row's model at the row's precision, its TP / attention-DP / EP layout, vLLM's
+are read): the row's model at the row's precision (a 4-bit row of a model with no FP4 checkpoint
+of its own served NVIDIA's NVFP4 export, and takes that export's FP8 KV cache:
+`served_checkpoint`), its TP / attention-DP / EP layout, vLLM's
 default engine arguments for that GPU and GPU count (`autotune.search.baselines.vllm_defaults` and
 `effective_values`: max_num_seqs, max_num_batched_tokens, chunked prefill, prefix caching,
 gpu_memory_utilization, block size, CUDA-graph capture sizes; max_model_len ISL + OSL + 1500 as
@@ -394,6 +396,8 @@ def write_rows(path: Path, results: Iterable[RowResult]) -> None:
             f.write(json.dumps({
                 "id": row.id, "model": row.model_path, "system": row.system,
                 "precision": r.matched.precision, "layout": r.matched.layout,
+                "checkpoint": r.matched.checkpoint or row.model_path,
+                "kv_cache_dtype": r.matched.model.checkpoint_kv_cache_dtype or "auto",
                 "isl": row.isl, "osl": row.osl, "concurrency": row.concurrency,
                 "measured": [row.ttft_ms, row.tpot_ms], "step_model": r.step_model,
                 "sim": _ms(r.sim), "sim_other_starts": _ms(r.other_starts),

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from autotune.domain import catalogue
 from autotune.domain.catalogue import GPU, QUANT_FORMATS, Model
+from autotune.domain.model_sources import bundled
 from autotune.errors import ConfigError
 from autotune.workers.sim.kernels_build import system_gpu
 from autotune.workers.sim.step_table import layout_name, model_precision
@@ -38,6 +39,22 @@ MODE_NAMES = {"bfloat16": "bf16"}
 # experts are its "nvfp4" (the rows' precision column says "fp4": the only 4-bit checkpoint
 # under that id is OpenAI's MXFP4 one).
 SAME_FORMAT = {("fp8_block", "fp8"), ("mxfp4", "nvfp4")}
+
+# The checkpoint a 4-bit row served. The rows' precision column names the checkpoint's format,
+# and "fp4" rows ran vLLM 0.17-0.19 (March-April 2026), which quantised nothing to NVFP4 at load
+# time (online NVFP4 came later: vllm-project/vllm#48538, MoE layers only, and #49060 for dense
+# layers, open in July 2026). So an "fp4" row of a model whose own checkpoint has no FP4 format
+# served a pre-quantised NVFP4 one: the public one is NVIDIA's export, nvidia/<name>-NVFP4
+# (vendored where a row needs it: Kimi-K2.5, MiniMax-M2.5; Llama-3.1-70B's FP4 export is not
+# bundled anywhere here, so its rows keep the base checkpoint's facts). From the export the row
+# takes the KV cache only: its ModelOpt config declares FP8, which vLLM serves for
+# --kv-cache-dtype auto (utils/torch_utils.py, resolve_kv_cache_dtype_string; vllm#29980) and
+# which aiconfigurator's harness passes itself (sdk/utils.py reads kv_cache_quant_algo;
+# generator/module_bridge.py -> --kv-cache-dtype). The weights keep the row's columns, which
+# the measured tables are keyed on.
+FOUR_BIT_LABEL = "fp4"
+FP4_FORMATS = {"fp4", "mxfp4", "nvfp4"}
+NVFP4_EXPORT = "nvidia/{}-NVFP4"
 
 # Skip reasons, counted per row (the detail after ": " names what was not found).
 UNKNOWN_MODEL = "unknown model"
@@ -77,6 +94,7 @@ class MatchedRow:
     row: JudgeRow
     model: Model  # the catalogue's, with the row's precision
     catalogue_model: str  # its catalogue name (what a DeploymentSpec names)
+    checkpoint: str  # the checkpoint it served where not the model's own (served_checkpoint)
     gpu: GPU
     ep: bool
     layout: str
@@ -132,6 +150,18 @@ def _with_quant(model: Model, gemm: str, moe: str) -> Model:
     return replace(model, **changes)  # type: ignore[arg-type]
 
 
+def served_checkpoint(row: JudgeRow, model: Model) -> Model | None:
+    """The pre-quantised checkpoint a 4-bit row served (FOUR_BIT_LABEL above), or None where
+    the row served the model's own checkpoint or no export of it is known here."""
+    own = {model.dense_quant, model.expert_quant}
+    if row.raw.get("precision") != FOUR_BIT_LABEL or own & FP4_FORMATS:
+        return None
+    export = NVFP4_EXPORT.format(model.hf_id.split("/")[-1])
+    if bundled(export) is None:
+        return None
+    return catalogue.model(export)
+
+
 def match_row(row: JudgeRow) -> MatchedRow | str:
     """The row matched to the catalogue, or the reason it cannot be simulated."""
     try:
@@ -156,7 +186,11 @@ def match_row(row: JudgeRow) -> MatchedRow | str:
     elif row.dp > 1:
         return f"{NOT_MODELLED}: attention-DP {row.dp} of a dense model"
     served = _with_quant(model, row.gemm_quant, row.moe_quant)
-    return MatchedRow(row=row, model=served, catalogue_model=model.name, gpu=gpu, ep=ep,
+    export = served_checkpoint(row, model)
+    if export is not None:
+        served = replace(served, checkpoint_kv_cache_dtype=export.checkpoint_kv_cache_dtype)
+    return MatchedRow(row=row, model=served, catalogue_model=model.name,
+                      checkpoint=export.hf_id if export else "", gpu=gpu, ep=ep,
                       layout=layout_name(row.tp, row.dp, ep), precision=model_precision(served))
 
 

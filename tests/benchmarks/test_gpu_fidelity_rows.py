@@ -260,3 +260,35 @@ def test_rows_out_writes_one_line_per_row_with_what_each_estimator_said(tmp_path
     assert written["measured"] == [row.ttft_ms, row.tpot_ms]
     assert written["sim"] == [80.0, 7.5] and written["aic_static"] is None
     assert (written["layout"], written["precision"]) == (m.layout, m.precision)
+    assert (written["checkpoint"], written["kv_cache_dtype"]) == ("nvidia/MiniMax-M2.5-NVFP4",
+                                                                  "fp8_e4m3")
+
+
+def test_a_four_bit_row_serves_nvidias_nvfp4_export_with_its_fp8_kv_cache(
+        excerpt: dict[str, JudgeRow]) -> None:
+    """An fp4 row of a model with no FP4 checkpoint of its own ran NVIDIA's NVFP4 export (vLLM
+    of that time could not quantise to NVFP4 at load): the export's declared FP8 KV cache is
+    what vLLM served, and a shorter KV entry holds more sequences. gpt-oss's own MXFP4 rows and
+    Kimi-K2.5's own INT4 rows serve the model's checkpoint; Llama-3.1-70B's FP4 export is not
+    bundled here, so its rows keep the base checkpoint's facts."""
+    from benchmarks import gpu_fidelity
+
+    kimi = match_row(excerpt["2026_03_25_kimi_k2_5_b300_sxm_vllm_fp4_agg_8192x1024_c8_tp4_0_ep4_0_41"])
+    assert isinstance(kimi, MatchedRow)
+    assert (kimi.checkpoint, kimi.model.checkpoint_kv_cache_dtype) == ("nvidia/Kimi-K2.5-NVFP4",
+                                                                       "fp8_e4m3")
+    assert kimi.precision == "nvfp4/nvfp4"  # the weights keep the row's columns
+    _, shape = gpu_fidelity.row_engine(kimi)
+    assert shape.kv_cache_dtype == "fp8_e4m3"
+    base = match_row(_copy(kimi.row, precision="nvfp4"))  # not a 4-bit checkpoint label
+    assert isinstance(base, MatchedRow) and base.checkpoint == ""
+    _, base_shape = gpu_fidelity.row_engine(base)
+    assert base_shape.kv_cache_dtype != "fp8_e4m3"
+    for row_id in ("2026_03_25_gpt_oss_120b_h100_sxm_vllm_fp4_agg_1024x1024_c64_tp4_0_ep1_0_185",
+                   "2026_03_25_kimi_k2_5_h200_sxm_vllm_int4_agg_8192x1024_c4_tp8_0_ep1_0_597"):
+        own = match_row(excerpt[row_id])
+        assert isinstance(own, MatchedRow) and own.checkpoint == ""
+    llama_fp8 = excerpt["2026_04_06_llama_3_1_70b_h200_sxm_vllm_fp8_agg_1024x8192_c8_tp1_ep1_268"]
+    llama = match_row(_copy(llama_fp8, precision="fp4", gemm_quant_mode="nvfp4",
+                            moe_quant_mode="nvfp4"))
+    assert isinstance(llama, MatchedRow) and llama.checkpoint == ""
