@@ -115,4 +115,3 @@ def _expert_quant(cfg: dict[str, Any], where: str) -> str:
 def is_dsv4(cfg: dict[str, Any]) -> bool:
     """Whether a config describes DeepSeek-V4's hybrid attention."""
     return "compress_ratios" in cfg
-
