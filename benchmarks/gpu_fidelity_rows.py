@@ -51,7 +51,9 @@ SAME_FORMAT = {("fp8_block", "fp8"), ("mxfp4", "nvfp4")}
 # --kv-cache-dtype auto (utils/torch_utils.py, resolve_kv_cache_dtype_string; vllm#29980) and
 # which aiconfigurator's harness passes itself (sdk/utils.py reads kv_cache_quant_algo;
 # generator/module_bridge.py -> --kv-cache-dtype). The weights keep the row's columns, which
-# the measured tables are keyed on.
+# the measured tables are keyed on. Not recorded: the export's revision; NVIDIA has added FP8 KV
+# declarations to exports after release (GLM-5.1-NVFP4, pull request #1), and these are the
+# revisions aiconfigurator-core 0.12.0 bundles.
 FOUR_BIT_LABEL = "fp4"
 FP4_FORMATS = {"fp4", "mxfp4", "nvfp4"}
 NVFP4_EXPORT = "nvidia/{}-NVFP4"
