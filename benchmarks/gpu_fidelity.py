@@ -259,7 +259,8 @@ def simulate(m: MatchedRow, table_wanted: bool, method: Method = Method()
         dep, shape = row_engine(m, method.engine_args)
     except (ConfigError, EngineStartError, ValidationError) as exc:
         return f"sim: {str(exc).splitlines()[0]}", ROOFLINE
-    chosen = select_step_model(m.gpu.name, m.catalogue_model, m.layout, m.precision)
+    chosen = select_step_model(m.gpu.name, m.catalogue_model, m.layout, m.precision,
+                               shape.kv_cache_dtype)
     table = chosen.table if table_wanted else None
     profile = find_profile(m.gpu.name, m.catalogue_model, "gpu", None)  # bundled: fitted to tables
     try:

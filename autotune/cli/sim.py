@@ -324,6 +324,9 @@ def kernels_build(
              "this measured kernel on other shapes (w4a16_mxfp4: vLLM's Marlin) and take "
              "everything else from the package; the table records which parts are estimated.")
     ] = None,
+    kv_cache_dtype: Annotated[str, typer.Option(
+        help="The KV cache the attention kernels read: auto (the model's default) or fp8; an "
+             "engine with an fp8 cache reads the fp8 table where there is one.")] = "auto",
 ) -> None:
     """Sample aiconfigurator-core's forward-pass model (NVIDIA-measured kernels) over a grid
     of decode and prefill batches and write one step-time table per layout. Needs the
@@ -332,7 +335,13 @@ def kernels_build(
     from autotune.domain import catalogue
     from autotune.workers.sim.kernels_build import KernelsUnavailable, build_table, write_table
     from autotune.workers.sim.kernels_compose import compose_table, routed_moe_part
-    from autotune.workers.sim.step_table import TABLES_DIR, StepTable, model_precision, parse_layout
+    from autotune.workers.sim.step_table import (
+        KV_FP8,
+        TABLES_DIR,
+        StepTable,
+        model_precision,
+        parse_layout,
+    )
 
     gpu_info, model_info = catalogue.gpu(gpu), catalogue.model(model)
     try:
@@ -342,6 +351,13 @@ def kernels_build(
     if estimate_moe_from and precision and precision != model_precision(model_info):
         raise ConfigError(f"--estimate-moe-from composes the checkpoint's own precision "
                           f"({model_precision(model_info)}); drop --precision {precision}")
+    if kv_cache_dtype not in ("auto", KV_FP8):
+        raise ConfigError(f"--kv-cache-dtype {kv_cache_dtype}: tables are sampled at auto (the "
+                          f"model's default) or {KV_FP8}")
+    if estimate_moe_from and kv_cache_dtype != "auto":
+        raise ConfigError("--estimate-moe-from composes tables at the model's default KV cache; "
+                          "drop --kv-cache-dtype")
+    kv = "" if kv_cache_dtype == "auto" else kv_cache_dtype
     try:  # every layout first, then write: a failure leaves nothing half-written
         tables = []
         for tp, dp, ep in layouts:
@@ -349,7 +365,7 @@ def kernels_build(
                 tables.append(compose_table(gpu_info, model_info, tp, dp, ep, estimate_moe_from,
                                             backend_version))
                 continue
-            table = build_table(gpu_info, model_info, tp, dp, ep, precision, backend_version)
+            table = build_table(gpu_info, model_info, tp, dp, ep, precision, backend_version, kv)
             if dp > 1 and ep and model_info.num_experts:  # lockstep ranks share their experts
                 table = routed_moe_part(table, gpu_info, model_info, tp, dp, ep, backend_version)
             tables.append(table)

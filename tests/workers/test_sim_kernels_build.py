@@ -85,3 +85,28 @@ def test_the_routed_experts_share_is_the_step_less_the_step_without_them() -> No
     assert 0.3 < table.routed_moe_ms(0, 8192) / table.gpu_ms(0, 0, 8192) < 0.9
     shares = split["parts"]["routed_moe_ms"]["ms"]
     assert all(max(row) - min(row) < 1e-3 for plane in shares for row in plane)
+
+
+def test_an_fp8_kv_table_prices_decode_attention_at_fp8() -> None:
+    """Qwen3-32B on H100 at TP2: the package's decode attention reads half the bytes with an
+    fp8 cache, so the fp8-KV table's long-context decode steps are shorter; the config the
+    package was asked names the cache, and so does the table (and its file name)."""
+    pytest.importorskip("aiconfigurator_core", reason="needs the optional extra: "
+                                                      "pip install 'autotune[aiconfigurator]'")
+    from autotune.workers.sim.step_table import table_filename
+
+    h100, qwen = catalogue.gpu("H100-80GB"), catalogue.model("Qwen/Qwen3-32B")
+    auto = StepTable.from_dict(build_table(h100, qwen, 2, precision="bf16"))
+    raw = build_table(h100, qwen, 2, precision="bf16", kv_cache_dtype="fp8")
+    fp8 = StepTable.from_dict(raw)
+    assert raw["source"]["config"]["kv_cache_dtype"] == "fp8" and fp8.kv_cache_dtype == "fp8"
+    assert fp8.gpu_ms(256, 256 * 4096) < 0.8 * auto.gpu_ms(256, 256 * 4096)
+    assert fp8.gpu_ms(0, 0, 2048) == pytest.approx(auto.gpu_ms(0, 0, 2048), rel=0.05)
+    assert "fp8 KV cache" in fp8.label and "KV cache" not in auto.label
+    assert table_filename(fp8.gpu, fp8.model, fp8.layout, fp8.precision, "fp8").endswith(
+        "_kv-fp8.json")
+
+
+def test_only_fp8_is_a_table_kv_cache_dtype() -> None:
+    with pytest.raises(KernelsUnavailable, match="KV cache dtype 'int8'"):
+        engine_config(H200, V4, 8, 1, True, FP8, "0.24.0", "int8")

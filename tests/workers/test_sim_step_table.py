@@ -109,3 +109,34 @@ def test_select_step_model(tmp_path: Path) -> None:
     assert "no measured table for H200-141GB/DeepSeek-V4-Flash/TP8+EP/bf16/bf16" in bf16.label
     assert select_step_model("H200-141GB", "DeepSeek-V4-Flash", "TP8+EP", FP8,
                              tables_dir=tmp_path).name == "roofline"
+
+
+def test_an_engine_with_an_fp8_cache_reads_the_fp8_kv_table(tmp_path: Path) -> None:
+    """The table sampled at the engine's KV cache dtype where there is one; else the model's
+    default one, and the label says its attention is not priced at the engine's cache.
+    DeepSeek-V4's fp8_ds_mla is its only layout: its own tables price it."""
+    import shutil
+
+    from autotune.workers.sim.step_table import kv_family, table_filename
+
+    source = next(TABLES_DIR.glob("H100-80GB_Qwen3-32B_TP2_bf16.json"))
+    shutil.copy(source, tmp_path / source.name)
+    raw = json.loads(source.read_text())
+    raw["kv_cache_dtype"] = "fp8"
+    raw["ms"] = [[[v / 2 for v in row] for row in plane] for plane in raw["ms"]]
+    (tmp_path / table_filename("H100-80GB", "Qwen3-32B", "TP2", "bf16", "fp8")).write_text(
+        json.dumps(raw))
+
+    def pick(kv: str) -> StepTable:
+        chosen = select_step_model("H100-80GB", "Qwen3-32B", "TP2", "bf16", kv, tables_dir=tmp_path)
+        assert chosen.table is not None
+        return chosen.table
+
+    assert [kv_family(kv) for kv in ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2",
+                                     "fp8_ds_mla")] == ["", "", "fp8", "fp8", "fp8", ""]
+    assert pick("auto").kv_cache_dtype == "" and pick("fp8_e4m3").kv_cache_dtype == "fp8"
+    assert pick("fp8").gpu_ms(32, 32 * 4096) == pytest.approx(pick("auto").gpu_ms(32, 32 * 4096) / 2)
+    (tmp_path / table_filename("H100-80GB", "Qwen3-32B", "TP2", "bf16", "fp8")).unlink()
+    fallback = select_step_model("H100-80GB", "Qwen3-32B", "TP2", "bf16", "fp8",
+                                 tables_dir=tmp_path)
+    assert fallback.name == "measured" and "not fp8 (no fp8-KV table)" in fallback.label

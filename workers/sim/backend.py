@@ -96,7 +96,7 @@ class SimulatorBackend(EngineBackend):
                 layout_name(shape.tensor_parallel_size,
                             1 if independent else shape.data_parallel_size,
                             shape.enable_expert_parallel),
-                self.step_precision or model_precision(model))
+                self.step_precision or model_precision(model), shape.kv_cache_dtype)
             table, self._step_label = chosen.table, chosen.label
             if independent and table is not None:
                 self._step_label += (f", for each of {shape.data_parallel_size} independent DP "

@@ -116,7 +116,7 @@ def start_model(record: dict[str, Any], profile: Profile, step_model: str,
         chosen = select_step_model(
             dep.gpu_info.name, dep.model_info.name,
             layout_name(shape.tensor_parallel_size, 1, shape.enable_expert_parallel),
-            step_precision or model_precision(dep.model_info))
+            step_precision or model_precision(dep.model_info), shape.kv_cache_dtype)
         table, label = chosen.table, chosen.label
     elif step_model != ROOFLINE:
         raise SettingError("{step_model} {got!r}: expected roofline or measured", got=step_model)

@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from autotune.domain.catalogue import GPU, Model
-from autotune.workers.sim.step_table import TABLE_FORMAT, layout_name, model_precision, table_filename
+from autotune.workers.sim.step_table import (
+    KV_FP8,
+    TABLE_FORMAT,
+    layout_name,
+    model_precision,
+    table_filename,
+)
 
 PACKAGE = "aiconfigurator-core"
 LICENCE = "Apache-2.0"
@@ -64,9 +70,10 @@ class KernelsUnavailable(Exception):
 
 
 def engine_config(gpu: GPU, model: Model, tp: int, dp: int, ep: bool, precision: str,
-                  backend_version: str) -> dict[str, Any]:
+                  backend_version: str, kv_cache_dtype: str = "") -> dict[str, Any]:
     """The package's EngineConfig JSON for one layout (`RustForwardPassPerfModel.from_native`).
-    Its MoE width must equal tp * dp: experts split over the ranks (moe_tp) or whole (moe_ep)."""
+    Its MoE width must equal tp * dp: experts split over the ranks (moe_tp) or whole (moe_ep).
+    kv_cache_dtype: "" for the package's default for the model, or "fp8"."""
     system = SYSTEMS.get(gpu.name)
     if system is None:
         raise KernelsUnavailable(f"no aiconfigurator system for GPU {gpu.name!r} "
@@ -88,6 +95,11 @@ def engine_config(gpu: GPU, model: Model, tp: int, dp: int, ep: bool, precision:
         config["weight_dtype"] = DTYPES[dense]
     if experts and DTYPES[experts]:
         config["moe_dtype"] = DTYPES[experts]
+    if kv_cache_dtype:
+        if kv_cache_dtype != KV_FP8:
+            raise KernelsUnavailable(f"KV cache dtype {kv_cache_dtype!r}: tables are sampled at "
+                                     f"the model's default or {KV_FP8}")
+        config["kv_cache_dtype"] = kv_cache_dtype
     return config
 
 
@@ -118,10 +130,12 @@ def _fpm(decode_seqs: int, kv_per_seq: int, prefill_tokens: int,
 
 
 def build_table(gpu: GPU, model: Model, tp: int, dp: int = 1, ep: bool = False,
-                precision: str | None = None, backend_version: str = "0.24.0") -> dict[str, Any]:
-    """Sample the package's forward-pass model over the grid; the table as a JSON-able dict."""
+                precision: str | None = None, backend_version: str = "0.24.0",
+                kv_cache_dtype: str = "") -> dict[str, Any]:
+    """Sample the package's forward-pass model over the grid; the table as a JSON-able dict.
+    kv_cache_dtype: the KV cache its attention kernels read ("": the model's default; "fp8")."""
     precision = precision or model_precision(model)
-    config = engine_config(gpu, model, tp, dp, ep, precision, backend_version)
+    config = engine_config(gpu, model, tp, dp, ep, precision, backend_version, kv_cache_dtype)
     layout = layout_name(tp, dp, ep)
     try:
         from aiconfigurator_core.sdk.errors import PerfDataNotAvailableError
@@ -148,7 +162,7 @@ def build_table(gpu: GPU, model: Model, tp: int, dp: int = 1, ep: bool = False,
     own, other = table_families(config["system_name"], backend_version)
     return {
         "format": TABLE_FORMAT, "gpu": gpu.name, "model": model.name, "layout": layout,
-        "precision": precision,
+        "precision": precision, **({"kv_cache_dtype": kv_cache_dtype} if kv_cache_dtype else {}),
         "units": "GPU ms of one forward pass of one DP rank (all ranks equally loaded); "
                  "no CPU time, no CUDA-graph padding",
         "source": {"package": PACKAGE, "version": metadata.version(PACKAGE), "licence": LICENCE,
@@ -167,6 +181,7 @@ def build_table(gpu: GPU, model: Model, tp: int, dp: int = 1, ep: bool = False,
 
 def write_table(table: dict[str, Any], out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / table_filename(table["gpu"], table["model"], table["layout"], table["precision"])
+    path = out_dir / table_filename(table["gpu"], table["model"], table["layout"], table["precision"],
+                                    table.get("kv_cache_dtype", ""))
     path.write_text(json.dumps(table, indent=1) + "\n")
     return path

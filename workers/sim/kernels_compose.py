@@ -167,12 +167,13 @@ def compose_table(gpu: GPU, model: Model, tp: int, dp: int = 1, ep: bool = False
 
 
 def _build_rewritten(rewrite: Callable[[Any], Any], gpu: GPU, model: Model, tp: int, dp: int,
-                     ep: bool, precision: str, backend_version: str) -> dict[str, Any]:
+                     ep: bool, precision: str, backend_version: str,
+                     kv_cache_dtype: str = "") -> dict[str, Any]:
     """build_table on a private copy of the package's data whose MoE rows `rewrite` changed."""
     with tempfile.TemporaryDirectory(prefix="aic-root-") as tmp:
         root = _copy_root(Path(tmp), SYSTEMS[gpu.name], backend_version, rewrite)
         with _systems_root(root):
-            return build_table(gpu, model, tp, dp, ep, precision, backend_version)
+            return build_table(gpu, model, tp, dp, ep, precision, backend_version, kv_cache_dtype)
 
 
 def routed_moe_part(table: dict[str, Any], gpu: GPU, model: Model, tp: int, dp: int, ep: bool,
@@ -200,7 +201,7 @@ def routed_moe_part(table: dict[str, Any], gpu: GPU, model: Model, tp: int, dp: 
         return df
 
     other = _build_rewritten(without_moe, gpu, model, tp, dp, ep, table["precision"],
-                             backend_version)
+                             backend_version, table.get("kv_cache_dtype", ""))
     return {**table, "parts": {
         "other_ms": {k: other[k] for k in ("ms", "prefill_ctx_ms")},
         "routed_moe_ms": {k: _minus(table[k], other[k]) for k in ("ms", "prefill_ctx_ms")}}}

@@ -14,12 +14,13 @@ block-table walk. Kept from the generic profile: CPU costs and memory coefficien
 hold GPU time only) and the eager launch cost (the tables are kernel times; the simulator adds
 launches above them, as it does to a table).
 
-Tables used: those measured in full (no estimated part, `StepTable.source["estimated"]`), of
-at most 8 GPUs (the roofline prices every collective on one NVLink domain; the two-node tables
-carry the package's inter-node all-to-all). Points: decode-only steps at capture sizes of 1 to
-256 sequences over 256 to 16,384 context tokens each, and prefill-only steps of 16 to 16,384
-tokens. The residual is log(roofline / table), each table weighing the same, minimised by
-bounded least squares (scipy).
+Tables used: those measured in full (no estimated part, `StepTable.source["estimated"]`) at
+the model's default KV cache (not the fp8-KV ones, step_table.KV_FP8), of at most 8 GPUs (the
+roofline prices every collective on one NVLink domain; the two-node tables carry the package's
+inter-node all-to-all). Points: decode-only steps at capture sizes of 1 to 256 sequences over
+256 to 16,384 context tokens each, and prefill-only steps of 16 to 16,384 tokens. The residual
+is log(roofline / table), each table weighing the same, minimised by bounded least squares
+(scipy).
 """
 
 from __future__ import annotations
@@ -116,7 +117,9 @@ def fit_tables(gpu: str, tables_dir: Path = TABLES_DIR) -> list[FitTable]:
     out = []
     for path in sorted(tables_dir.glob(f"{gpu}_*.json")):
         table = load_step_table(path)
-        if table.gpu != gpu or table.source.get("estimated"):
+        # The roofline is fitted at the model's default KV cache: an fp8-KV table's attention
+        # would pull its attention efficiency by the bytes the cache saves.
+        if table.gpu != gpu or table.source.get("estimated") or table.kv_cache_dtype:
             continue
         tp, dp, ep = parse_layout(table.layout)
         if tp * dp > MAX_GPUS:

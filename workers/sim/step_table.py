@@ -108,6 +108,7 @@ class StepTable:
     # kernels taken out, `kernels_compose.routed_moe_part`), where the table has it: a lockstep
     # DP rank's experts serve every rank's tokens, not its own (MeasuredPerfModel).
     moe_ms: list[list[list[float]]] | None = None
+    kv_cache_dtype: str = ""  # the KV cache its attention was sampled at (KV_FP8 above)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], path: str = "") -> StepTable:
@@ -122,7 +123,8 @@ class StepTable:
                     kv_per_seq=[float(v) for v in g["kv_per_seq"]], ms=raw["ms"],
                     prefill_context=[float(v) for v in g["prefill_context"]],
                     prefill_ctx_ms=raw["prefill_ctx_ms"], path=path,
-                    moe_ms=raw.get("parts", {}).get("routed_moe_ms", {}).get("ms"))
+                    moe_ms=raw.get("parts", {}).get("routed_moe_ms", {}).get("ms"),
+                    kv_cache_dtype=raw.get("kv_cache_dtype", ""))
         shape = (len(table.prefill_tokens), len(table.decode_seqs), len(table.kv_per_seq))
         if (any(not _has_shape(grid, shape) for grid in (table.ms, table.moe_ms) if grid)
                 or len(table.prefill_ctx_ms) != shape[0]
@@ -134,7 +136,8 @@ class StepTable:
     def label(self) -> str:
         s = self.source
         kind = "partly estimated table" if s.get("estimated") else "measured table"
-        label = (f"{kind} {self.gpu}/{self.model}/{self.layout}/{self.precision} "
+        kv = f", {self.kv_cache_dtype} KV cache" if self.kv_cache_dtype else ""
+        label = (f"{kind} {self.gpu}/{self.model}/{self.layout}/{self.precision}{kv} "
                  f"({s.get('package')} {s.get('version')}, {s.get('backend')} "
                  f"{s.get('backend_version')} kernel tables)")
         # workers/sim/kernels_compose.py: which part is estimated, and how far off it may be
@@ -213,9 +216,23 @@ def load_step_table(path: Path) -> StepTable:
     return StepTable.from_dict(json.loads(path.read_text()), str(path))
 
 
-def table_filename(gpu: str, model: str, layout: str, precision: str) -> str:
+# The KV cache a table's attention kernels were sampled at: "" the package's default for the
+# model (its checkpoint's: bf16 where the checkpoint declares none), or "fp8". An engine whose
+# cache is fp8 (fp8, fp8_e4m3, fp8_e5m2, or a checkpoint's declared FP8 for "auto") reads the
+# fp8 table where there is one: decode attention reads half the bytes (Qwen3-32B on H100 at TP2,
+# 256 sequences of 4,096 tokens: 63.8 ms a step at bf16, 45.2 ms at fp8). DeepSeek-V4's
+# fp8_ds_mla is its only layout (auto and fp8 both become it), which its tables price.
+KV_FP8 = "fp8"
+
+
+def kv_family(kv_cache_dtype: str) -> str:
+    """The table KV dtype an engine's effective cache dtype reads ("" or KV_FP8)."""
+    return KV_FP8 if kv_cache_dtype.startswith("fp8") and kv_cache_dtype != "fp8_ds_mla" else ""
+
+
+def table_filename(gpu: str, model: str, layout: str, precision: str, kv: str = "") -> str:
     safe = re.sub(r"[^A-Za-z0-9.+-]+", "_", f"{gpu}__{model}__{layout}__{precision}")
-    return f"{safe}.json"
+    return f"{safe}_kv-{kv}.json" if kv else f"{safe}.json"
 
 
 @dataclass(frozen=True)
@@ -228,12 +245,19 @@ class StepModel:
 
 
 def select_step_model(gpu: str, model: str, layout: str, precision: str,
-                      tables_dir: Path = TABLES_DIR) -> StepModel:
-    """The measured table for this GPU, model, layout and precision if there is one, else the
-    roofline, with a label saying which and why."""
+                      kv_cache_dtype: str = "auto", tables_dir: Path = TABLES_DIR) -> StepModel:
+    """The measured table for this GPU, model, layout and precision if there is one (sampled at
+    the engine's KV cache dtype where one is: `kv_family`), else the roofline, with a label
+    saying which and why."""
+    kv = kv_family(kv_cache_dtype)
+    if kv and (path := tables_dir / table_filename(gpu, model, layout, precision, kv)).is_file():
+        table = load_step_table(path)
+        return StepModel(MEASURED, table.label, table)
     path = tables_dir / table_filename(gpu, model, layout, precision)
     if path.is_file():
         table = load_step_table(path)
-        return StepModel(MEASURED, table.label, table)
+        note = (f"; its attention priced at the model's default KV cache, not {kv_cache_dtype} "
+                "(no fp8-KV table)") if kv else ""
+        return StepModel(MEASURED, table.label + note, table)
     return StepModel(ROOFLINE, f"roofline (no measured table for {gpu}/{model}/{layout}/"
                                f"{precision})")
