@@ -21,6 +21,10 @@ FP8 = "fp8_block/fp8_block"
      "--estimate-moe-from 'int4': expected one of w4a16_mxfp4"),
     (["--parallel", "TP8", "--estimate-moe-from", "w4a16_mxfp4", "--precision", FP8],
      "drop --precision fp8_block/fp8_block"),
+    (["--parallel", "TP8", "--kv-cache-dtype", "int8"],
+     "--kv-cache-dtype int8: tables are sampled at auto (the model's default) or fp8"),
+    (["--parallel", "TP8", "--estimate-moe-from", "w4a16_mxfp4", "--kv-cache-dtype", "fp8"],
+     "drop --kv-cache-dtype"),
 ])
 def test_bad_input(tmp_path: Path, args: list[str], fragment: str) -> None:
     out = tmp_path / "tables"
