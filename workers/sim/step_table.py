@@ -108,7 +108,7 @@ class StepTable:
     # kernels taken out, `kernels_compose.routed_moe_part`), where the table has it: a lockstep
     # DP rank's experts serve every rank's tokens, not its own (MeasuredPerfModel).
     moe_ms: list[list[list[float]]] | None = None
-    kv_cache_dtype: str = ""  # the KV cache its attention was sampled at (KV_FP8 above)
+    kv_cache_dtype: str = ""  # the KV cache its attention was sampled at (KV_FP8, below)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], path: str = "") -> StepTable:
