@@ -551,21 +551,26 @@ class _Rank:
             if computed < r.prefill_len:
                 mid_prompt.append(r)
                 continue  # a prefill chunk that does not finish the prompt emits nothing
-            if self.caching and not r.registered:
-                self._register(r)
-            if r.generated == 0:
-                r.first_s = clock
-            else:
-                self.single_gaps.append(clock - r.last_s)
-            r.last_s = clock
-            r.generated += 1
-            if r.target - r.generated <= 0:
+            if self._prompt_done(r, clock) <= 0:
                 self._finish(r, clock)
                 del running[r]
             else:
                 self._join(r)
         self.prefilling = mid_prompt
         self.mid_prefill, self.k, self.kv = bool(mid_prompt), self._next_finish(), self.lazy_kv
+
+    def _prompt_done(self, r: _Req, clock: float) -> int:
+        """r's prompt (or, after a preemption, its recomputation) is computed at `clock`: its
+        blocks join the prefix cache and it emits a token. Returns the tokens it has left."""
+        if self.caching and not r.registered:
+            self._register(r)
+        if r.generated == 0:
+            r.first_s = clock
+        else:
+            self.single_gaps.append(clock - r.last_s)
+        r.last_s = clock
+        r.generated += 1
+        return r.target - r.generated
 
     def _complete_one_by_one(self, batch: RankBatch, step_start: float, clock: float) -> None:
         """A step built by _schedule_one_by_one, its requests walked in running order."""
@@ -600,15 +605,7 @@ class _Rank:
             if computed < r.prefill_len:
                 mid_prefill = True
                 continue  # a prefill chunk that does not finish the prompt emits nothing
-            if self.caching and not r.registered:
-                self._register(r)
-            if r.generated == 0:
-                r.first_s = clock
-            else:
-                single_gaps.append(clock - r.last_s)
-            r.last_s = clock
-            r.generated = generated = r.generated + 1
-            left = r.target - generated
+            left = self._prompt_done(r, clock)
             if left <= 0:
                 self._finish(r, clock)
                 done.append(r)

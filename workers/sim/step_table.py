@@ -221,7 +221,8 @@ def load_step_table(path: Path) -> StepTable:
 # cache is fp8 (fp8, fp8_e4m3, fp8_e5m2, or a checkpoint's declared FP8 for "auto") reads the
 # fp8 table where there is one: decode attention reads half the bytes (Qwen3-32B on H100 at TP2,
 # 256 sequences of 4,096 tokens: 63.8 ms a step at bf16, 45.2 ms at fp8). DeepSeek-V4's
-# fp8_ds_mla is its only layout (auto and fp8 both become it), which its tables price.
+# fp8_ds_mla is its only layout (auto and fp8 both become it: vllm/models/deepseek_v4/
+# attention.py::_resolve_dsv4_kv_cache_dtype), which its tables price.
 KV_FP8 = "fp8"
 
 
