@@ -100,8 +100,8 @@ test-py313:
 # The docs site's reference pages are generated from the code (scripts/docs_reference.py): a
 # broken link or an undocumented setting fails the build. site/ is ignored.
 lint: dev
-	$(BIN)/ruff check autotune search_spaces workers api alembic tests benchmarks scripts
-	$(BIN)/mypy autotune benchmarks scripts  # autotune/ links workers/, api/ and search_spaces/
+	$(BIN)/ruff check autotune tests benchmarks scripts
+	$(BIN)/mypy autotune benchmarks scripts
 	$(BIN)/lint-imports  # the layers and the acyclic imports ([tool.importlinter] in pyproject.toml)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 

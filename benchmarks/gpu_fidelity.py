@@ -38,9 +38,9 @@ The band: each row runs with the other client start state too (phase-locked, or 
 and above the band the two span (`band_stats`; a real engine's clients sit between the two
 states, docs/benchmarks/gpu-fidelity.md). A diagnostic, not a target; --no-band skips it.
 
-Step model: the measured step table (workers/sim/kernels/) where the repository has one for the
+Step model: the measured step table (autotune/workers/sim/kernels/) where the repository has one for the
 row's GPU, model, layout and precision, else the roofline with the GPU's bundled profile (its
-GPU coefficients fitted to the measured tables, workers/sim/profiles/gpu/; never to these rows).
+GPU coefficients fitted to the measured tables, autotune/workers/sim/profiles/gpu/; never to these rows).
 Where a table exists both run, and the roofline's figures on those rows are printed beside (the
 roofline's fit saw those tables, so on them it is not out of sample).
 

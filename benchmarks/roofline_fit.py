@@ -1,5 +1,5 @@
 """How far the roofline is from the measured tables of a model it has no table for, before and
-after fitting its GPU coefficients to the other models' tables (workers/sim/roofline_fit.py).
+after fitting its GPU coefficients to the other models' tables (autotune/workers/sim/roofline_fit.py).
 
 For every GPU whose committed tables cover at least three models, and for each model: the
 roofline's GPU step time against that model's tables with the generic bundled coefficients

@@ -1,6 +1,6 @@
 """The roofline step model against the measured kernel tables, step by step.
 
-For every committed measured table (workers/sim/kernels/) of a GPU, model, layout and precision
+For every committed measured table (autotune/workers/sim/kernels/) of a GPU, model, layout and precision
 the GPU fidelity rows ran at (benchmarks/gpu_fidelity_rows.py), the same engine is built with
 the roofline and the bundled, uncalibrated `gpu` profile (not the GPU's fit to the tables:
 benchmarks/roofline_fit.py judges that), and the GPU time of one step is set

@@ -1,6 +1,6 @@
 """Does a change to the simulator's scheduler keep its results, and how much faster is it?
 
-Loads `workers/sim/scheduler.py` as it was at a git revision beside the working tree's and runs
+Loads `autotune/workers/sim/scheduler.py` as it was at a git revision beside the working tree's and runs
 both `simulate` functions on the same engines and traces (the perf model is the working tree's
 for both): the sim-speed benchmark's hour, the demo trace under several configs, long prompts
 on a tight KV cache (preemption), no chunked prefill, a long-prefill cap, the real Azure code
@@ -54,13 +54,19 @@ Case = tuple[str, EngineConfig, DeploymentSpec, Trace, float]
 RESULT_ARRAYS = ("scheduled_s", "ttft_s", "e2e_s", "output_tokens", "failed", "queue_s")
 
 
+# Where the scheduler lives, newest first: workers/ moved into autotune/ on 2026-12-07.
+SCHEDULER_PATHS = ("autotune/workers/sim/scheduler.py", "workers/sim/scheduler.py")
+
+
 def scheduler_at(ref: str, into: Path) -> ModuleType:
-    try:
-        source = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:workers/sim/scheduler.py"],
-                                check=True, capture_output=True).stdout
-    except subprocess.CalledProcessError as exc:
-        raise SystemExit(f"error: no workers/sim/scheduler.py at {ref!r}: "
-                         f"{exc.stderr.decode().strip()}") from None
+    for rel in SCHEDULER_PATHS:
+        shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:{rel}"], capture_output=True)
+        if shown.returncode == 0:
+            source = shown.stdout
+            break
+    else:
+        raise SystemExit(f"error: no scheduler at {ref!r} ({' or '.join(SCHEDULER_PATHS)}): "
+                         f"{shown.stderr.decode().strip()}")
     path = into / "scheduler_at_ref.py"
     path.write_bytes(source)
     spec = importlib.util.spec_from_file_location("scheduler_at_ref", path)

@@ -7,7 +7,7 @@ conversation trace (about 19,000 requests and 4 million output tokens: lognormal
 the published medians and means, Poisson arrivals with a slow swell) on 8xH200 serving
 DeepSeek-V4-Flash with vLLM's defaults. Target: at most 1 s of one core's CPU time (3,600x
 real time), with each GPU step model: the roofline and the measured kernel tables
-(workers/sim/kernels/), timed side by side in the same run.
+(autotune/workers/sim/kernels/), timed side by side in the same run.
 
 Usage: .venv/bin/python benchmarks/sim_speed.py [--trace FILE] [--repeat N] [--scales 1,4]
        [--step-models roofline,measured]

@@ -264,11 +264,11 @@ def _check_documented(what: str, documented: dict[str, str], actual: set[str]) -
 
 
 def _keys_table(model: Any) -> str:
-    """A file model's keys and their field descriptions (search_spaces/_file_schema.py)."""
+    """A file model's keys and their field descriptions (autotune/search_spaces/_file_schema.py)."""
     rows = []
     for key, info in model.model_fields.items():
         if not info.description:
-            log.warning("%s key %r has no description in search_spaces/_file_schema.py",
+            log.warning("%s key %r has no description in autotune/search_spaces/_file_schema.py",
                         model.__name__, key)
         rows.append((f"`{key}`", _cell(info.description or "")))
     return _table(("key", "meaning"), rows)

@@ -317,7 +317,7 @@ def kernels_build(
     backend_version: Annotated[str, typer.Option(
         help="The vLLM version whose kernel tables to read.")] = "0.24.0",
     out: Annotated[Path | None, typer.Option(
-        help="Folder for the tables (default: workers/sim/kernels/, which the simulator reads).")
+        help="Folder for the tables (default: autotune/workers/sim/kernels/, which the simulator reads).")
     ] = None,
     estimate_moe_from: Annotated[str | None, typer.Option(
         help="For FP4 experts the package has no rows for: estimate the routed MoE from "
@@ -386,7 +386,7 @@ def kernels_fit_roofline(
         help="GPU to fit, repeatable (default: every GPU whose tables cover at least three "
              "models).")] = None,
     out: Annotated[Path | None, typer.Option(
-        help="Folder for the profiles (default: the bundled workers/sim/profiles/gpu/, which "
+        help="Folder for the profiles (default: the bundled autotune/workers/sim/profiles/gpu/, which "
              "the simulator uses for a GPU where an engine has no measured table).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the fits as one JSON object.")] = False,
 ) -> None:

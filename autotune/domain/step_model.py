@@ -1,4 +1,4 @@
-"""The simulator's GPU step models as its engines' notes name them (workers/sim/backend.py
+"""The simulator's GPU step models as its engines' notes name them (autotune/workers/sim/backend.py
 `notes()["step_model"]`, kept with each simulated trial), read back by the layers that may
 not import the simulator: the campaign (its opening line, resume) and the report.
 
@@ -19,7 +19,7 @@ _LAYOUT = re.compile(r"/(DP\d+(?:xTP\d+)?(?:\+EP)?|TP\d+(?:\+EP)?)/")
 _MISSING = re.compile(r"\((no measured table for [^)]*)\)")
 UNCALIBRATED = "uncalibrated GPU coefficients: capacities can be several times off on a GPU"
 CALIBRATED = "GPU coefficients calibrated on real trials (autotune sim calibrate)"
-# How a profile fitted to a GPU's measured tables (workers/sim/roofline_fit.py) is named in a
+# How a profile fitted to a GPU's measured tables (autotune/workers/sim/roofline_fit.py) is named in a
 # label's "profile GPU/model vN (...)" part, followed by its error on models left out of it.
 TABLE_FIT = "GPU coefficients fitted to measured kernel tables"
 _PROFILE = re.compile(r"; profile (.+ v\d+ \(([^()]*)\))$")

@@ -1,5 +1,5 @@
 """Accuracy-affecting values: which of a config's engine arguments change the model's numerics
-(an fp8 KV cache, speculative decoding; search_spaces/_accuracy.py and the spaces' own
+(an fp8 KV cache, speculative decoding; autotune/search_spaces/_accuracy.py and the spaces' own
 `affects_accuracy` marks), for the summary, the report and `--json`, and the refusal of a
 reference config that a deployment forbidding them would have to run.
 

@@ -182,7 +182,7 @@ def _json_equal(choice: Any, value: dict[str, Any]) -> bool:
         return False
 
 
-# Engine arguments the simulator refuses to start with (workers/sim/shape.py): it has no
+# Engine arguments the simulator refuses to start with (autotune/workers/sim/shape.py): it has no
 # model of them, so a space that searches them cannot be searched on it.
 SIM_UNMODELLED = ("speculative_config", "pipeline_parallel_size")
 

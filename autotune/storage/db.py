@@ -6,11 +6,11 @@ autotune_alembic_version) and Optuna's RDB storage (Optuna migrates its own tabl
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -19,25 +19,13 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from alembic import command
 from autotune.errors import StorageError
 
 VERSION_TABLE = "autotune_alembic_version"
 
 
-def _migrations_dir() -> Path:
-    """The migration scripts: the installed package's autotune.migrations (the repository's
-    alembic/ folder, shipped under that name), else alembic/ beside a source tree."""
-    try:
-        spec = importlib.util.find_spec("autotune.migrations")
-    except ModuleNotFoundError:
-        spec = None
-    if spec is not None and spec.submodule_search_locations:
-        return Path(next(iter(spec.submodule_search_locations)))
-    return Path(__file__).resolve().parents[2] / "alembic"
-
-
-ALEMBIC_DIR = _migrations_dir()
+# The migration scripts, a package of their own so that the wheel carries them.
+ALEMBIC_DIR = Path(__file__).resolve().parents[1] / "migrations"
 UPGRADE_HINT = "run `autotune db upgrade`"
 
 

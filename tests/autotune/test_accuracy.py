@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from alembic import command
 from rich.console import Console
 
-from alembic import command
 from autotune.campaign.study import CampaignRequest, Reference, StudyController
 from autotune.cli import json_views
 from autotune.cli.report import print_campaign_result

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sqlalchemy as sa
+from alembic import command
 from sqlalchemy import func, select
 
-from alembic import command
 from autotune.domain.deployment import DeploymentSpec
 from autotune.errors import ConfigError
 from autotune.storage import repo

@@ -1,5 +1,5 @@
-"""The composed fp8_block/fp4 tables of DeepSeek-V4-Flash (workers/sim/kernels_compose.py) and
-the MoE estimate they rest on (workers/sim/moe_estimate.py)."""
+"""The composed fp8_block/fp4 tables of DeepSeek-V4-Flash (autotune/workers/sim/kernels_compose.py) and
+the MoE estimate they rest on (autotune/workers/sim/moe_estimate.py)."""
 
 from __future__ import annotations
 

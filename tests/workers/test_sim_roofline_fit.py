@@ -1,4 +1,4 @@
-"""Fitting the roofline's GPU coefficients to measured kernel tables (workers/sim/roofline_fit.py)
+"""Fitting the roofline's GPU coefficients to measured kernel tables (autotune/workers/sim/roofline_fit.py)
 and the bundled per-GPU profiles it writes."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The scheduler's lazy decodes (workers/sim/scheduler.py, "Speed") give exactly the result of
+"""The scheduler's lazy decodes (autotune/workers/sim/scheduler.py, "Speed") give exactly the result of
 walking every running request one by one each step, on random traffic and engines that
 preempt, chunk prompts (a decode after a prompt in running order included), share cached
 prefixes and run data-parallel ranks, open and closed loop."""

@@ -2,7 +2,7 @@
 
 A step's time is its GPU part (the step model: a measured table or the roofline) and its CPU
 part, the profile's `cpu_step_s + cpu_seq_s * b + cpu_small_batch_seq_s * min(b,
-small_batch_seqs)` for b scheduled sequences (workers/sim/perf.py::PerfModel._cpu_s:
+small_batch_seqs)` for b scheduled sequences (autotune/workers/sim/perf.py::PerfModel._cpu_s:
 scheduling, input preparation, sampling, output processing), summed, or overlapped where vLLM
 schedules asynchronously (PerfModel.overlap_cpu, vLLM's GPU default). A real sweep's decode
 step times by batch size (`autotune bench sweep --backend vllm`, autotune.domain.step_timings) less

@@ -1,6 +1,6 @@
 """Measured step-time tables: reading them, interpolating them, and choosing the step model.
 
-A table (workers/sim/kernels/*.json, written by `autotune sim kernels build`) holds the GPU time
+A table (autotune/workers/sim/kernels/*.json, written by `autotune sim kernels build`) holds the GPU time
 in ms of one forward pass of one DP rank for one GPU, model, parallel layout and precision, on a
 grid of decode batches (sequences x context tokens per sequence) mixed with a prefill chunk
 (tokens, no earlier context), plus a prefill-only grid over the chunk's earlier context (chunked
@@ -140,7 +140,7 @@ class StepTable:
         label = (f"{kind} {self.gpu}/{self.model}/{self.layout}/{self.precision}{kv} "
                  f"({s.get('package')} {s.get('version')}, {s.get('backend')} "
                  f"{s.get('backend_version')} kernel tables)")
-        # workers/sim/kernels_compose.py: which part is estimated, and how far off it may be
+        # autotune/workers/sim/kernels_compose.py: which part is estimated, and how far off it may be
         return f"{label}; estimated: {s['estimated']}" if s.get("estimated") else label
 
     def gpu_ms(self, decode_seqs: float, decode_kv_tokens: float, prefill_tokens: float = 0.0,

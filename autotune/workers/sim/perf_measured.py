@@ -1,4 +1,4 @@
-"""Step times from a measured table (workers/sim/step_table.py) instead of the roofline.
+"""Step times from a measured table (autotune/workers/sim/step_table.py) instead of the roofline.
 
 The `sim` backend's default step model where the repository has a table for the engine's GPU,
 model, layout and precision (`step_model=measured`; `roofline` turns it off). Only the GPU

@@ -7,7 +7,6 @@ Create Date: 2026-12-02 10:09:00.808878
 from __future__ import annotations
 
 import sqlalchemy as sa
-
 from alembic import op
 
 revision = '0001'

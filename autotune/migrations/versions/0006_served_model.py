@@ -7,7 +7,6 @@ Create Date: 2027-01-20 10:00:00
 from __future__ import annotations
 
 import sqlalchemy as sa
-
 from alembic import op
 
 revision = '0006'

@@ -1,7 +1,7 @@
 """Estimate a MoE kernel's time on an expert shape nobody measured, from rows of the same
 kernel measured on other shapes.
 
-Used by workers/sim/kernels_compose.py for DeepSeek-V4-Flash's MXFP4 experts on H200: the
+Used by autotune/workers/sim/kernels_compose.py for DeepSeek-V4-Flash's MXFP4 experts on H200: the
 kernel vLLM runs there (Marlin w4a16, see that module) was measured by aiconfigurator only on
 Kimi-K3's experts (hidden 3584, width 3072, 896 experts, top-16), under many splits (moe_tp,
 moe_ep). Each split is a different per-GPU problem (width / moe_tp, experts / moe_ep, routed

@@ -3,7 +3,7 @@ published from them (docs/reference/search-space.schema.json, `autotune space sc
 validation failures as one line naming the file and what is wrong.
 
 The models check shape and types; _schema.py turns a validated file into the `Param`s and
-`Rule`s the search uses, parsing the expressions (search_spaces/_rules.py) on the way. The field
+`Rule`s the search uses, parsing the expressions (autotune/search_spaces/_rules.py) on the way. The field
 descriptions are the reference page's key tables and an editor's hover text.
 """
 

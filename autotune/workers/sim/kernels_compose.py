@@ -15,7 +15,7 @@ vllm/model_executor/layers/fused_moe/oracle/mxfp4.py, whose non-gpt-oss list
 MARLIN / BATCHED_MARLIN, TRITON_UNFUSED being commented out: on SM90 the experts run on Marlin,
 W4A16 (BF16 activations). aiconfigurator measured that kernel on H200 only for Kimi-K3's experts
 (`vllm_compressedtensorsw4a4mxfp4moe_marlin_marlinexperts_situ_as_silu`, moe_dtype
-`w4a16_mxfp4`); workers/sim/moe_estimate.py scales those rows to V4's shape.
+`w4a16_mxfp4`); autotune/workers/sim/moe_estimate.py scales those rows to V4's shape.
 
 How the table is composed, so the non-MoE part is exactly the package's: a private copy of the
 package's data folder (links, except the GPU's MoE table) in which V4's fp8_block MoE rows get
@@ -238,7 +238,7 @@ def _record(composed: dict[str, Any], other: dict[str, Any], measured: dict[str,
                            "kernel_source_contains": SOURCES[estimate_from],
                            "shapes_hidden_inter_experts_topk": [list(s) for s in src_shapes],
                            "splits_moe_tp_ep": sorted([s.moe_tp, s.moe_ep] for s in balanced)},
-        "method": "anchor and ratio (workers/sim/moe_estimate.py): the nearest measured split "
+        "method": "anchor and ratio (autotune/workers/sim/moe_estimate.py): the nearest measured split "
                   "in log local shape at the same token count, times the ratio of a fitted "
                   "cost model ms = c0 + c1*weight_GB + c2*TFLOP + c3*activation_GB; the "
                   f"estimate replaces the {STAND_IN} MoE rows at the model's shape and the "

@@ -21,7 +21,7 @@ A space file:
 
 A parameter may say which of its values change the model's numerics (`affects_accuracy`: a
 list of them, `true` for every value but null / false, `false` for none); where it says
-nothing, the built-in judgement of search_spaces/_accuracy.py applies (fp8 KV caches,
+nothing, the built-in judgement of autotune/search_spaces/_accuracy.py applies (fp8 KV caches,
 speculative decoding). A deployment may forbid those values (`SearchSpace.keeping_numerics`).
 
 - `when` (an expression over earlier parameters and deployment facts): the parameter exists
@@ -31,7 +31,7 @@ speculative decoding). A deployment may forbid those values (`SearchSpace.keepin
   `max_model_len`): bounds derived from the hardware and the model, resolved by
   `SearchSpace.bind(context)` before a study starts. They clamp `low`/`high` of numbers and
   filter the `choices` of categoricals.
-Expressions use the rule grammar (search_spaces/_rules.py), never `eval`.
+Expressions use the rule grammar (autotune/search_spaces/_rules.py), never `eval`.
 """
 
 from __future__ import annotations

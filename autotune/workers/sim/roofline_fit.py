@@ -1,7 +1,7 @@
 """Fitting the roofline's GPU coefficients to the measured kernel tables of one GPU.
 
 The roofline (perf.py) prices any model on any GPU the catalogue has, and it is all the
-simulator has where the repository holds no measured table (workers/sim/kernels/) for an
+simulator has where the repository holds no measured table (autotune/workers/sim/kernels/) for an
 engine's GPU, model, layout and precision. Its generic coefficients (profiles/gpu.yaml) are
 first estimates: against the tables its decode step at one sequence is 0.06-1.05 of theirs and
 its prefill 0.23-1.73 (benchmarks/roofline_vs_tables.py). So per GPU its GPU coefficients are
@@ -228,7 +228,7 @@ def fitted_profile(gpu_name: str, tables_dir: Path = TABLES_DIR,
         name: float(f"{round(getattr(fitted.coefficients, name) / scale, 4) * scale:.4g}")
         for name, _, _, scale in FITTED})
     record: dict[str, Any] = {
-        "to": "measured kernel tables (workers/sim/kernels/), GPU time of one step",
+        "to": "measured kernel tables (autotune/workers/sim/kernels/), GPU time of one step",
         "tables": [t.key for t in tables],
         "sources": sorted({f"{t.table.source.get('package')} {t.table.source.get('version')}, "
                            f"{t.table.source.get('backend')} "

@@ -1,4 +1,4 @@
-"""Build a measured step-time table (see workers/sim/step_table.py) from aiconfigurator-core.
+"""Build a measured step-time table (see autotune/workers/sim/step_table.py) from aiconfigurator-core.
 
 aiconfigurator-core (NVIDIA, Apache-2.0; the optional extra `aiconfigurator`) ships kernel
 timings NVIDIA measured per GPU and serving framework (GEMM, attention, MLA, DeepSeek-V4 sparse
