@@ -57,8 +57,8 @@ from autotune.domain.deployment import DEMO, DeploymentSpec
 from autotune.domain.engine_config import EngineConfig
 from autotune.domain.records import CapacitySearch, TrialSpec
 from autotune.domain.slo import parse_slo
+from autotune.domain.vllm_defaults import deployment_args
 from autotune.measure.capacity import run_trial
-from autotune.search.baselines import deployment_args
 from autotune.search.objective import (
     capacity_attrs,
     is_feasible,

@@ -83,9 +83,9 @@ def simulate(
     (--max-concurrency), and print the latency summary (the same fields as a real trial's)."""
     from autotune.domain.deployment import DeploymentSpec
     from autotune.domain.engine_config import EngineConfig
+    from autotune.domain.vllm_defaults import effective_values
     from autotune.measure.backends import load_backend
     from autotune.measure.metrics import summarize
-    from autotune.search.baselines import effective_values
     from autotune.traffic.formats import load_trace
     from autotune.traffic.load import ClosedLoop, Load, OpenLoop
 

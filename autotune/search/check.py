@@ -15,10 +15,11 @@ import yaml
 from autotune.domain import catalogue
 from autotune.domain.deployment import DeploymentSpec
 from autotune.domain.engine_config import REMOVED_ARGS, EngineConfig, check_known_arg
+from autotune.domain.vllm_defaults import resolved
 from autotune.errors import ConfigError, EngineStartError, SettingError
 from autotune.measure.backends import load_backend
 from autotune.search import accuracy
-from autotune.search.baselines import pinned_values, resolved
+from autotune.search.baselines import pinned_values
 from autotune.search.rules import Violation, common_rule_violations
 from autotune.vocabulary import FailureClass
 

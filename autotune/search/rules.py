@@ -12,8 +12,9 @@ from autotune.domain import parallelism
 from autotune.domain.deployment import RULE_CONTEXT_NAMES, DeploymentSpec
 from autotune.domain.engine_config import EngineConfig
 from autotune.domain.parallelism import Strategy
+from autotune.domain.vllm_defaults import deployment_args, effective_values
 from autotune.errors import ConfigError, SettingError
-from autotune.search.baselines import deployment_args, effective_values, vllm_defaults
+from autotune.search.baselines import vllm_defaults
 from autotune.search_spaces import Rule, SearchSpace, load_rules_file
 
 

@@ -11,8 +11,9 @@ from autotune.domain import parallelism
 from autotune.domain.deployment import RULE_CONTEXT_NAMES, DeploymentSpec
 from autotune.domain.engine_config import REMOVED_ARGS, EngineConfig
 from autotune.domain.parallelism import Strategy
+from autotune.domain.vllm_defaults import asked_values, effective_values
 from autotune.errors import SearchSpaceError, SettingText
-from autotune.search.baselines import BASELINES, asked_values, effective_values
+from autotune.search.baselines import BASELINES
 from autotune.search.rules import check_deployment, rules_lacking, strategies
 from autotune.search_spaces import (
     Param,

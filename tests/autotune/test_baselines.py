@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 from autotune.domain.deployment import DEMO, DeploymentSpec
-from autotune.search.baselines import effective_values, guide_heuristic, vllm_defaults
+from autotune.domain.vllm_defaults import effective_values
+from autotune.search.baselines import guide_heuristic, vllm_defaults
 
 
 def dep(gpu: str, profile: str = "chat") -> DeploymentSpec:

@@ -536,7 +536,7 @@ def test_a_checkpoints_declared_kv_cache_is_what_vllm_serves_for_auto(
     vllm/utils/torch_utils.py::resolve_kv_cache_dtype_string: a ModelOpt checkpoint's FP8 KV
     cache is served as fp8_e4m3, half the bytes of the bf16 cache the model would otherwise keep."""
     from autotune.domain.engine_config import EngineConfig
-    from autotune.search.baselines import effective_values
+    from autotune.domain.vllm_defaults import effective_values
     from autotune.search.space import deployment_space, space_params
     from autotune.workers.sim.engine import start_perf
     from autotune.workers.sim.profile import BUNDLED, load_profile
@@ -708,7 +708,7 @@ def test_kimi_k3_kda_and_latent_moe_layers_are_read_as_vllm_builds_them(tmp_path
 def test_vllm_raises_kimi_k3s_block_size_to_hold_a_kda_state_in_an_mla_page(
         tmp_path: Path) -> None:
     from autotune.domain.engine_config import EngineConfig
-    from autotune.search.baselines import effective_values
+    from autotune.domain.vllm_defaults import effective_values
 
     path = _write(tmp_path, _kimi_k3_text_config())
     # Platform._align_hybrid_block_size aligns an MLA model to at least 128 tokens:

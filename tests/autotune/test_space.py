@@ -157,7 +157,8 @@ def test_a_hybrid_models_baselines_are_enqueued_at_the_block_size_they_ask_for(
     here); the space names the --block-size a trial sets, so the baselines still enqueue."""
     import json
 
-    from autotune.search.baselines import BASELINES, effective_values
+    from autotune.domain.vllm_defaults import effective_values
+    from autotune.search.baselines import BASELINES
     from autotune.search.space import deployment_space, space_params
     from tests.autotune.test_model_config import _qwen35_text_config
 

@@ -8,8 +8,8 @@ import pytest
 
 from autotune.domain.deployment import DeploymentSpec
 from autotune.domain.engine_config import EngineConfig
+from autotune.domain.vllm_defaults import effective_values
 from autotune.errors import EngineStartError
-from autotune.search.baselines import effective_values
 from autotune.search.space import SIM_UNMODELLED
 from autotune.workers.sim.backend import SimulatorBackend
 from autotune.workers.sim.engine import replay_closed_loop

@@ -11,8 +11,9 @@ import pytest
 from autotune.domain.catalogue import MODELS, model
 from autotune.domain.deployment import DeploymentSpec
 from autotune.domain.engine_config import EngineConfig
+from autotune.domain.vllm_defaults import effective_values, resolved
 from autotune.errors import ConfigError, EngineStartError
-from autotune.search.baselines import effective_values, resolved, vllm_defaults
+from autotune.search.baselines import vllm_defaults
 from autotune.workers.sim.engine import replay_closed_loop, start_perf
 from autotune.workers.sim.kv_layout import kv_layout
 from autotune.workers.sim.profile import BUNDLED, load_profile

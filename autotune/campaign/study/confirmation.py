@@ -24,8 +24,9 @@ from autotune.domain import optuna_keys as keys
 from autotune.domain.engine_config import EngineConfig
 from autotune.domain.records import TrialSpec
 from autotune.domain.trial_record import TrialRecord
+from autotune.domain.vllm_defaults import deployment_args
 from autotune.measure.executors import Executor
-from autotune.search.baselines import BASELINES, deployment_args
+from autotune.search.baselines import BASELINES
 from autotune.storage.db import session_scope
 from autotune.storage.models import Campaign
 from autotune.vocabulary import Role

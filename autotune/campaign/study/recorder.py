@@ -23,7 +23,7 @@ from autotune.domain import optuna_keys as keys
 from autotune.domain.engine_config import EngineConfig
 from autotune.domain.records import TrialOutcome
 from autotune.domain.trial_record import TrialRecord
-from autotune.search.baselines import resolved
+from autotune.domain.vllm_defaults import resolved
 from autotune.search.objective import (
     capacity_attrs,
     is_feasible,

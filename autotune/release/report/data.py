@@ -18,11 +18,12 @@ from autotune.domain import step_model
 from autotune.domain.engine_config import EngineConfig
 from autotune.domain.parallelism import Strategy
 from autotune.domain.trial_record import TrialRecord
+from autotune.domain.vllm_defaults import effective_values
 from autotune.errors import NotFoundError
 from autotune.release import gains
 from autotune.release.result import Confirmed
 from autotune.search import accuracy
-from autotune.search.baselines import BASELINES, effective_values
+from autotune.search.baselines import BASELINES
 from autotune.storage import repo
 from autotune.storage.models import Campaign, Publication, Trial
 from autotune.vocabulary import Role

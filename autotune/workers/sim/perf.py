@@ -111,7 +111,7 @@ class PerfModel:
             DSV4_PADDED_Q_HEADS if gpu.device == "gpu" and model.attention == DSV4 else 0))
         # vLLM pages in --block-size as given: a size the attention kernel cannot take is
         # refused by the rules before a start (DeepSeek-V4: 256), never rounded here (a hybrid
-        # model's arrives raised: baselines.resolved_hybrid_block_size).
+        # model's arrives raised: vllm_defaults.resolved_hybrid_block_size).
         bs = self.block_size = shape.block_size
         self.routed_params = min(model.routed_expert_params, model.total_params_b * 1e9)
         self.dense_params = model.total_params_b * 1e9 - self.routed_params

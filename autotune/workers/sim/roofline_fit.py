@@ -36,8 +36,8 @@ from scipy.optimize import least_squares
 
 from autotune.domain import catalogue
 from autotune.domain.catalogue import GPU, Model
+from autotune.domain.vllm_defaults import default_block_size
 from autotune.errors import ConfigError
-from autotune.search.baselines import default_block_size
 from autotune.workers.sim.perf import EngineShape, PerfModel
 from autotune.workers.sim.profile import BUNDLED, Profile, load_profile
 from autotune.workers.sim.step_table import TABLES_DIR, StepTable, load_step_table, parse_layout

@@ -980,7 +980,7 @@ def _result(perf: PerfModel, reqs: list[_Req], group: list[_Rank], refused: int,
             "preemptions": float(sum(rank.preemptions for rank in group)),
             "kv_blocks": float(perf.num_blocks * len(group)),
             # Tokens per block as the engine runs it: a hybrid model's is raised from the asked
-            # --block-size (baselines.resolved_hybrid_block_size).
+            # --block-size (vllm_defaults.resolved_hybrid_block_size).
             "kv_block_tokens": float(perf.block_size),
             "prefix_cache_hit_rate": (sum(rank.cache_hits for rank in group) / queries
                                       if queries else 0.0),

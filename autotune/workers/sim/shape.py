@@ -7,8 +7,8 @@ from typing import Any
 
 from autotune.domain.deployment import DeploymentSpec
 from autotune.domain.engine_config import EngineConfig
+from autotune.domain.vllm_defaults import effective_values
 from autotune.errors import EngineStartError
-from autotune.search.baselines import effective_values
 from autotune.search.rules import engine_refusals
 from autotune.vocabulary import FailureClass
 from autotune.workers.sim.perf import EngineShape, StartFailure

@@ -19,9 +19,9 @@ import numpy as np
 from autotune.domain.deployment import DeploymentSpec
 from autotune.domain.engine_config import EngineConfig
 from autotune.domain.records import ReplayResult
+from autotune.domain.vllm_defaults import effective_values
 from autotune.errors import ReplayError, SettingError
 from autotune.measure.backends import EngineBackend
-from autotune.search.baselines import effective_values
 from autotune.traffic.prompts import prompt_token_ids
 from autotune.traffic.trace import Trace
 from autotune.vocabulary import FailureClass
