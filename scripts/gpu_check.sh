@@ -72,7 +72,7 @@ export AUTOTUNE_ENGINE__LOG_DIR="$out/engine-logs"
 if [[ "$steps" == *" 1 "* ]]; then
 echo "== 1. gpu-marked tests"
 python3 -m pytest -m gpu -q -rs -p no:cacheprovider \
-  tests/workers/test_telemetry.py tests/workers/test_vllm_gpu.py 2>&1 | tee "$out/pytest.log" \
+  tests/workers/test_telemetry.py tests/workers/vllm/test_gpu.py 2>&1 | tee "$out/pytest.log" \
   || failed=1
 fi
 

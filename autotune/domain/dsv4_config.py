@@ -29,7 +29,7 @@ from autotune.domain.specs import QUANT_FORMATS, Model
 from autotune.errors import ConfigError
 
 # Model field -> config.json key: the architecture a V4 config must share with a catalogue
-# entry (tests/autotune/test_model_config.py holds the entries to their published configs on
+# entry (tests/domain/test_model_config.py holds the entries to their published configs on
 # these fields, and compress_ratios).
 ARCHITECTURE = {"num_layers": "num_hidden_layers", "hidden_size": "hidden_size",
                 "num_heads": "num_attention_heads", "head_dim": "head_dim",

@@ -140,7 +140,7 @@ class OrdinalParzenEstimator(_ParzenEstimator):
     with position: with the plain categorical kernel, 20-40 trials are too few to learn that.
 
     Plugged in through TPESampler's `_parzen_estimator_cls`, the extension point Optuna's
-    sampler keeps for this; tests/autotune/test_samplers.py fails if an Optuna release moves it.
+    sampler keeps for this; tests/search/test_samplers.py fails if an Optuna release moves it.
     """
 
     def _calculate_categorical_distributions(

@@ -1,5 +1,5 @@
 """The published YAML names the model (`vllm serve --config config.yaml` needs it: see
-tests/autotune/test_engine_config_vllm.py): the path or id the deployment's real engines loaded,
+tests/search/test_engine_config_vllm.py): the path or id the deployment's real engines loaded,
 else the catalogue's Hugging Face id; fixed at publication, and old publications stay readable."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Engine process lifecycle with small stand-in server processes (fast); the same code against
-real vLLM engines is in tests/workers/test_vllm_engine.py."""
+real vLLM engines is in tests/workers/vllm/test_engine.py."""
 
 from __future__ import annotations
 

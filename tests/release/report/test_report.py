@@ -19,7 +19,7 @@ from autotune.storage import repo
 from autotune.storage.db import open_database, session_scope
 from autotune.storage.models import Campaign
 from tests.conftest import run_cli
-from tests.report.conftest import HOSTILE_MESSAGE, ReportDb
+from tests.release.report.conftest import HOSTILE_MESSAGE, ReportDb
 
 pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
 
@@ -212,7 +212,7 @@ def test_campaign_by_id(report_db: ReportDb, tmp_path: Path) -> None:
 
 def test_too_few_trials_for_importances_is_a_note(tmp_path: Path) -> None:
     from autotune.storage.db import upgrade
-    from tests.report.conftest import run_campaign
+    from tests.release.report.conftest import run_campaign
 
     url = f"sqlite:///{tmp_path / 'few.db'}"
     upgrade(url)

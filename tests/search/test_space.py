@@ -160,7 +160,7 @@ def test_a_hybrid_models_baselines_are_enqueued_at_the_block_size_they_ask_for(
     from autotune.domain.vllm_defaults import effective_values
     from autotune.search.baselines import BASELINES
     from autotune.search.space import deployment_space, space_params
-    from tests.autotune.test_model_config import _qwen35_text_config
+    from tests.domain.test_model_config import _qwen35_text_config
 
     text = _qwen35_text_config(num_hidden_layers=64)["text_config"]
     text["layer_types"] = (["linear_attention"] * 3 + ["full_attention"]) * 16

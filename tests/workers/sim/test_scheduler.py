@@ -23,7 +23,7 @@ from autotune.workers.sim.shape import engine_shape
 
 TINY = DeploymentSpec(name="t", model="tiny-llama", gpu="cpu", gpu_count=1,
                       tensor_parallel_size=1, max_model_len=1024)
-KV_BYTES_PER_TOKEN = 1024  # tiny-llama (tests/workers/test_sim_mechanisms.py)
+KV_BYTES_PER_TOKEN = 1024  # tiny-llama (tests/workers/sim/test_mechanisms.py)
 
 
 def _perf(blocks: int, block_size: int, max_model_len: int = 1024, **args: object) -> PerfModel:

@@ -17,7 +17,7 @@ from autotune.search.samplers import make_sampler, step_decimals
 from autotune.search.space import deployment_space
 from autotune.storage.db import open_database, session_scope, upgrade
 from autotune.storage.models import Campaign as CampaignRow
-from tests.report.conftest import run_campaign
+from tests.release.report.conftest import run_campaign
 
 
 def test_step_decimals() -> None:

@@ -33,7 +33,7 @@ def test_sim_screening_then_real_engines_for_the_top_2(tmp_path: Path) -> None:
     model = tmp_path / "tiny"
     assert run_cli("models", "make-tiny", str(model)).returncode == 0
     trace = tmp_path / "azure-code-slice.jsonl"
-    # As in test_integration_vllm_campaign: 30 requests in 3 s, prompts capped at 64 tokens so
+    # As in tests/integration/test_vllm_campaign.py: 30 requests in 3 s, prompts capped at 64 tokens so
     # the tiny CPU engine can meet an SLO at all.
     rows = load_trace(public_trace("azure_llm_2023_code.csv")).slice(2000, 30).to_rows()
     write_jsonl([{**r, "prompt_tokens": min(int(str(r["prompt_tokens"])), 64)} for r in rows],
@@ -49,7 +49,7 @@ def test_sim_screening_then_real_engines_for_the_top_2(tmp_path: Path) -> None:
         "--engine-arg=--load-format=dummy", "--engine-arg=--enforce-eager", "--trace", str(trace),
         "--trials", str(SCREEN_TRIALS), "--max-scale", "8", "--bisect-steps", "1",
         "--slo", "ttft_p99<=3s,tpot_p99<=300ms", "--max-send-lag-ms", "1000",
-        # Confirmation on real engines is covered by tests/autotune/test_multifidelity.py; here
+        # Confirmation on real engines is covered by tests/campaign/test_multifidelity.py; here
         # it would add 4 engine starts to the 4 of the real phase.
         "--confirm-top", "0",
         env=env, timeout=1500)

@@ -3,7 +3,7 @@ for the best configs. No real engine can run in a unit test, so the second backe
 at the executor: it measures on the simulator and reports 1e7 / capacity, a different scale
 that ranks the configs the other way round. A result that leaked from one fidelity into the
 other's decisions would therefore show. The real vLLM run is in
-tests/test_integration_multifidelity.py."""
+tests/integration/test_multifidelity.py."""
 
 from __future__ import annotations
 

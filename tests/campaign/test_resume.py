@@ -1,5 +1,5 @@
 """Resume, piece by piece, on SQLite: the lease, and the states a dead job can leave behind.
-The real kills (SIGKILL of `autotune tune`) are in tests/test_integration_resume.py."""
+The real kills (SIGKILL of `autotune tune`) are in tests/integration/test_resume.py."""
 
 from __future__ import annotations
 

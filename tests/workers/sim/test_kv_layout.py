@@ -18,7 +18,7 @@ from autotune.workers.sim.engine import replay_closed_loop, start_perf
 from autotune.workers.sim.kv_layout import kv_layout
 from autotune.workers.sim.profile import BUNDLED, load_profile
 from autotune.workers.sim.shape import engine_shape
-from tests.autotune.test_model_config import _nemotron_h_config, _qwen35_text_config
+from tests.domain.test_model_config import _nemotron_h_config, _qwen35_text_config
 
 BUNDLED_GPU = load_profile(BUNDLED / "gpu.yaml")
 

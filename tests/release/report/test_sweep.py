@@ -19,8 +19,8 @@ from autotune.storage.db import open_database, session_scope
 from autotune.storage.models import Campaign
 from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import DEMO_TRACE
-from tests.report.conftest import ReportDb
-from tests.report.test_report import DATA_PNG, _parse
+from tests.release.report.conftest import ReportDb
+from tests.release.report.test_report import DATA_PNG, _parse
 
 GPUS = 8  # the demo deployment's
 # What a replay held before it kept its P90s, E2E P99, offered rate, concurrency and quantiles.

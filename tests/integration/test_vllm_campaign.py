@@ -52,7 +52,7 @@ def test_real_campaign_on_the_cpu_build(tmp_path: Path) -> None:
         # one (send-lag P99 of 100+ ms seen), so the client-bound bound is relaxed here.
         "--max-send-lag-ms", "1000",
         # The published trial is checked against the best single measurement: no confirmation
-        # (tests/autotune/test_confirm.py covers it; here it would add 9 engine starts).
+        # (tests/campaign/test_confirm.py covers it; here it would add 9 engine starts).
         "--confirm-top", "0",
         env=env, timeout=1500)
     assert tune.returncode == 0, tune.stderr[-4000:]

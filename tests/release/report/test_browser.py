@@ -21,7 +21,7 @@ from autotune.storage.db import open_database, session_scope
 from autotune.storage.models import Campaign
 from tests.browser import WAIT_S, chromium, wait_for
 from tests.conftest import AUTOTUNE, ROOT, run_cli
-from tests.report.conftest import ReportDb
+from tests.release.report.conftest import ReportDb
 
 pytestmark = pytest.mark.integration
 SCREENSHOTS = ROOT / "runs" / "screenshots"

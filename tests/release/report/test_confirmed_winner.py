@@ -20,8 +20,8 @@ from autotune.storage import repo
 from autotune.storage.db import open_database, session_scope, upgrade
 from autotune.storage.models import Campaign
 from tests.conftest import run_cli
-from tests.report.conftest import run_campaign
-from tests.report.test_report import _parse
+from tests.release.report.conftest import run_campaign
+from tests.release.report.test_report import _parse
 
 pytestmark = pytest.mark.e2e  # the CLI as a process, or whole campaigns: not the fast tier
 

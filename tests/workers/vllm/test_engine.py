@@ -121,7 +121,7 @@ print("healthy", flush=True)
 import time; time.sleep(600)
 """
     tuner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                             cwd=Path(__file__).resolve().parents[2])
+                             cwd=Path(__file__).resolve().parents[3])
     try:
         assert tuner.stdout is not None and tuner.stdout.readline().strip() == "healthy"
         assert vllm_processes(), "the engine is running"

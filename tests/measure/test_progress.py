@@ -14,7 +14,7 @@ from autotune.measure import progress
 from autotune.measure.capacity import run_trial
 from autotune.measure.executors import InlineExecutor
 from autotune.workers.sim.backend import SimulatorBackend
-from tests.autotune.test_capacity import spec
+from tests.measure.test_capacity import spec
 
 
 def test_a_trial_reports_each_replay_with_its_step_and_offered_rate() -> None:
