@@ -46,6 +46,7 @@ from autotune.errors import CampaignBusyError, ConfigError, SettingError, Settin
 from autotune.storage import repo
 from autotune.storage.db import session_scope
 from autotune.storage.models import Campaign, Deployment, Trial
+from autotune.storage.studies import reading
 from autotune.vocabulary import FailureClass, Role
 
 if TYPE_CHECKING:
@@ -166,32 +167,28 @@ def stored_step_model(storage_url: str, study_name: str) -> str | None:
     their notes (keys.BACKEND_NOTES): "roofline" where the roofline was asked for, else
     "measured" (a table, or the roofline as its fallback); None where no simulated trial is
     recorded."""
-    storage = optuna.storages.RDBStorage(storage_url)
-    try:
-        study_id = storage.get_study_id_from_name(study_name)
-        for trial in storage.get_all_trials(study_id, deepcopy=False):
-            label = (trial.user_attrs.get(keys.BACKEND_NOTES) or {}).get("step_model")
-            if label:
-                return step_model.setting(label)
-        return None
-    except KeyError:
-        return None
-    finally:
-        storage.engine.dispose()
+    with reading(storage_url) as storage:
+        try:
+            study_id = storage.get_study_id_from_name(study_name)
+            for trial in storage.get_all_trials(study_id, deepcopy=False):
+                label = (trial.user_attrs.get(keys.BACKEND_NOTES) or {}).get("step_model")
+                if label:
+                    return step_model.setting(label)
+            return None
+        except KeyError:
+            return None
 
 
 def stored_roofline_profiles(storage_url: str, study_name: str) -> set[str]:
     """The profiles ("GPU/model vN (how fitted)") that set the roofline's coefficients for a
     campaign's trials the roofline priced (none: no such trial)."""
-    storage = optuna.storages.RDBStorage(storage_url)
-    try:
-        study_id = storage.get_study_id_from_name(study_name)
-        labels = [(trial.user_attrs.get(keys.BACKEND_NOTES) or {}).get("step_model")
-                  for trial in storage.get_all_trials(study_id, deepcopy=False)]
-    except KeyError:
-        return set()
-    finally:
-        storage.engine.dispose()
+    with reading(storage_url) as storage:
+        try:
+            study_id = storage.get_study_id_from_name(study_name)
+            labels = [(trial.user_attrs.get(keys.BACKEND_NOTES) or {}).get("step_model")
+                      for trial in storage.get_all_trials(study_id, deepcopy=False)]
+        except KeyError:
+            return set()
     return {p for label in labels if label and step_model.kind(label) in (
         step_model.FALLBACK, step_model.ROOFLINE) and (p := step_model.profile(label))}
 
@@ -230,14 +227,12 @@ def step_model_change(stored: str | None, request: CampaignRequest, *,
 def stored_sampler(storage_url: str, study_name: str) -> str | None:
     """The --sampler a campaign's study was last run with (None: no such study, or none
     recorded)."""
-    storage = optuna.storages.RDBStorage(storage_url)
-    try:
-        study_id = storage.get_study_id_from_name(study_name)
-        return storage.get_study_user_attrs(study_id).get(keys.SAMPLER)
-    except KeyError:
-        return None
-    finally:
-        storage.engine.dispose()
+    with reading(storage_url) as storage:
+        try:
+            study_id = storage.get_study_id_from_name(study_name)
+            return storage.get_study_user_attrs(study_id).get(keys.SAMPLER)
+        except KeyError:
+            return None
 
 
 def sampler_change(stored: str | None, asked: str, campaign: str,

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import optuna
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
@@ -45,6 +44,7 @@ from autotune.settings import Settings, get_settings
 from autotune.storage import repo
 from autotune.storage.db import open_database, session_scope
 from autotune.storage.models import Campaign, Deployment
+from autotune.storage.studies import load_study
 from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import DEMO_TRACE
 
@@ -257,7 +257,7 @@ def _tune_paths(plans: list[pp.PathPlan], requests: list[CampaignRequest],
             if plan.path not in tuned:
                 summaries.append(pp.summarise(None, plan, parent, []))
                 continue
-            study = optuna.load_study(study_name=tuned[plan.path].study_name, storage=url)
+            study = load_study(url, tuned[plan.path].study_name)
             summaries.append(pp.summarise(s.get(Campaign, ids[plan.path]), plan, parent,
                                           comparisons(study)))
         s.rollback()  # read only

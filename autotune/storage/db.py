@@ -133,9 +133,9 @@ def upgrade(url: str) -> tuple[str | None, str]:
         after = current_revision(engine) or ""
     finally:
         engine.dispose()
-    import optuna
+    from autotune.storage.studies import open_storage  # defers Optuna to the command
 
-    optuna.storages.RDBStorage(url)  # creates or migrates Optuna's own tables
+    open_storage(url)  # creates or migrates Optuna's own tables
     return before, after
 
 

@@ -38,7 +38,7 @@ from autotune.search.baselines import BASELINES
 from autotune.search.rules import violations
 from autotune.search.samplers import make_sampler
 from autotune.search.space import baseline_configs, config_for, space_params
-from autotune.storage import repo
+from autotune.storage import repo, studies
 from autotune.storage.db import session_scope
 from autotune.storage.models import Campaign
 from autotune.vocabulary import ENGINE_FAILURES, NOT_THE_CONFIG, RecordState, Role
@@ -72,7 +72,7 @@ class StudyController:
         # The sampler proposes from plan.space (the grid sampler's is two axes of this space).
         self.plan = make_sampler(request.sampler, self.space, seed=request.seed,
                                  parallel=request.parallel)
-        self.storage = optuna.storages.RDBStorage(storage_url)
+        self.storage = studies.open_storage(storage_url)
         self.clock = clock
         # Checked before anything is written: a baseline the space cannot hold is a bad request.
         self.baselines = baseline_configs(request.deployment)
@@ -171,7 +171,7 @@ class StudyController:
         """Claim the campaign (refusing a live job's) and open the executor's workers."""
         r = self.request
         claim = resume.claim_campaign(self.engine, r, self.lease_s)
-        if claim.created and r.study_name in optuna.study.get_all_study_names(self.storage):
+        if claim.created and studies.has_study(self.storage, r.study_name):
             claim.abandon()
             raise SettingError("an Optuna study named {study!r} already exists in this "
                                "database; choose another {campaign} name", study=r.study_name)

@@ -25,6 +25,7 @@ from autotune.search import accuracy
 from autotune.search.objective import OBJECTIVE_NAME
 from autotune.search.samplers import SamplerPlan
 from autotune.search.space import SearchSpace, baseline_configs, deployment_space, hold_config, space_params
+from autotune.storage.studies import create_or_load_study
 from autotune.vocabulary import Role
 
 log = logging.getLogger("autotune.study")
@@ -72,8 +73,7 @@ def open_study(storage: BaseStorage, request: CampaignRequest, plan: SamplerPlan
     """The campaign's study, created or (a resumed campaign) loaded, with its attributes set
     and the references, then the baselines, enqueued once."""
     # load_if_exists: a resumed campaign continues its study (the sampler starts afresh).
-    study = optuna.create_study(study_name=request.study_name, storage=storage,
-                                direction="maximize", sampler=plan.sampler, load_if_exists=True)
+    study = create_or_load_study(storage, request.study_name, plan.sampler)
     change = resume.sampler_change(study.user_attrs.get(keys.SAMPLER), plan.name,
                                    request.campaign, completed=False)
     if change:  # resuming with another sampler: it proposes from here on

@@ -12,7 +12,7 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
-import optuna
+from optuna.storages import BaseStorage
 from optuna.trial import Trial as OptunaTrial
 from sqlalchemy import Engine
 
@@ -53,7 +53,7 @@ def finite_json(value: Any) -> Any:
 
 
 class TrialRecorder:
-    def __init__(self, engine: Engine, storage: optuna.storages.RDBStorage,
+    def __init__(self, engine: Engine, storage: BaseStorage,
                  request: CampaignRequest) -> None:
         self.engine, self.storage, self.request = engine, storage, request
         self.lease: resume.Lease | None = None  # the campaign's, once claimed

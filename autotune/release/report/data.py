@@ -344,8 +344,10 @@ def importances(storage_url: str, study_name: str, fidelity: str | None = None) 
     `fidelity` (a multi-fidelity campaign's screening backend), over its trials only."""
     import optuna
 
+    from autotune.storage.studies import load_study
+
     try:
-        study = optuna.load_study(study_name=study_name, storage=storage_url)
+        study = load_study(storage_url, study_name)
     except KeyError:
         return Importances(note=f"the Optuna study {study_name!r} is not in this database")
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
@@ -370,10 +372,10 @@ def importances(storage_url: str, study_name: str, fidelity: str | None = None) 
 def step_models(storage_url: str, study_name: str, layouts: dict[int, str]) -> str | None:
     """The step models of the study's simulated trials, from their notes (keys.BACKEND_NOTES),
     with each trial's parallel layout (`layouts`, by trial number)."""
-    import optuna
+    from autotune.storage.studies import load_study
 
     try:
-        study = optuna.load_study(study_name=study_name, storage=storage_url)
+        study = load_study(storage_url, study_name)
     except KeyError:
         return None
     return step_model.summary(
