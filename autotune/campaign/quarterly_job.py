@@ -19,8 +19,6 @@ from autotune.campaign.requests import QuarterlyRequest
 from autotune.campaign.resume import (
     roofline_profile_change,
     step_model_change,
-    stored_roofline_profiles,
-    stored_step_model,
 )
 from autotune.campaign.step_model import step_model_line, step_model_runs
 from autotune.campaign.study import CampaignRequest, StudyController
@@ -36,6 +34,7 @@ from autotune.settings import Settings, get_settings
 from autotune.storage import repo
 from autotune.storage.db import open_database, session_scope
 from autotune.storage.models import Campaign, Deployment
+from autotune.storage.study_settings import stored_roofline_profiles, stored_step_model
 from autotune.traffic.formats import load_trace
 from autotune.traffic.shape import ShapeSpec, shape
 from autotune.traffic.trace import Trace

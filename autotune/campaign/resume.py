@@ -46,7 +46,6 @@ from autotune.errors import CampaignBusyError, ConfigError, SettingError, Settin
 from autotune.storage import repo
 from autotune.storage.db import session_scope
 from autotune.storage.models import Campaign, Deployment, Trial
-from autotune.storage.studies import reading
 from autotune.vocabulary import FailureClass, Role
 
 if TYPE_CHECKING:
@@ -162,37 +161,6 @@ def differences(c: Campaign, request: CampaignRequest) -> list[str]:
     return diffs
 
 
-def stored_step_model(storage_url: str, study_name: str) -> str | None:
-    """The simulator step model (the setting) a campaign's simulated trials ran with, from
-    their notes (keys.BACKEND_NOTES): "roofline" where the roofline was asked for, else
-    "measured" (a table, or the roofline as its fallback); None where no simulated trial is
-    recorded."""
-    with reading(storage_url) as storage:
-        try:
-            study_id = storage.get_study_id_from_name(study_name)
-            for trial in storage.get_all_trials(study_id, deepcopy=False):
-                label = (trial.user_attrs.get(keys.BACKEND_NOTES) or {}).get("step_model")
-                if label:
-                    return step_model.setting(label)
-            return None
-        except KeyError:
-            return None
-
-
-def stored_roofline_profiles(storage_url: str, study_name: str) -> set[str]:
-    """The profiles ("GPU/model vN (how fitted)") that set the roofline's coefficients for a
-    campaign's trials the roofline priced (none: no such trial)."""
-    with reading(storage_url) as storage:
-        try:
-            study_id = storage.get_study_id_from_name(study_name)
-            labels = [(trial.user_attrs.get(keys.BACKEND_NOTES) or {}).get("step_model")
-                      for trial in storage.get_all_trials(study_id, deepcopy=False)]
-        except KeyError:
-            return set()
-    return {p for label in labels if label and step_model.kind(label) in (
-        step_model.FALLBACK, step_model.ROOFLINE) and (p := step_model.profile(label))}
-
-
 def roofline_profile_change(stored: set[str], labels: list[str], campaign: str
                             ) -> SettingText | None:
     """What differs when a campaign is resumed with other roofline coefficients than its
@@ -222,17 +190,6 @@ def step_model_change(stored: str | None, request: CampaignRequest, *,
                         "resume it with AUTOTUNE_SIM__STEP_MODEL={stored}"
                         + (", or give {new_campaign} to start another" if new_campaign else ""),
                         name=request.campaign, stored=stored)
-
-
-def stored_sampler(storage_url: str, study_name: str) -> str | None:
-    """The --sampler a campaign's study was last run with (None: no such study, or none
-    recorded)."""
-    with reading(storage_url) as storage:
-        try:
-            study_id = storage.get_study_id_from_name(study_name)
-            return storage.get_study_user_attrs(study_id).get(keys.SAMPLER)
-        except KeyError:
-            return None
 
 
 def sampler_change(stored: str | None, asked: str, campaign: str,

@@ -24,9 +24,6 @@ from autotune.campaign.resume import (
     roofline_profile_change,
     sampler_change,
     step_model_change,
-    stored_roofline_profiles,
-    stored_sampler,
-    stored_step_model,
 )
 from autotune.campaign.step_model import step_model_line, step_model_runs
 from autotune.campaign.study import CampaignRequest, StudyController, comparisons
@@ -45,6 +42,7 @@ from autotune.storage import repo
 from autotune.storage.db import open_database, session_scope
 from autotune.storage.models import Campaign, Deployment
 from autotune.storage.studies import load_study
+from autotune.storage.study_settings import stored_roofline_profiles, stored_sampler, stored_step_model
 from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import DEMO_TRACE
 

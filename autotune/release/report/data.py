@@ -373,6 +373,7 @@ def step_models(storage_url: str, study_name: str, layouts: dict[int, str]) -> s
     """The step models of the study's simulated trials, from their notes (keys.BACKEND_NOTES),
     with each trial's parallel layout (`layouts`, by trial number)."""
     from autotune.storage.studies import load_study
+    from autotune.storage.study_settings import step_model_label
 
     try:
         study = load_study(storage_url, study_name)
@@ -380,7 +381,7 @@ def step_models(storage_url: str, study_name: str, layouts: dict[int, str]) -> s
         return None
     return step_model.summary(
         (layouts.get(t.number), label) for t in study.get_trials(deepcopy=False)
-        if (label := (t.user_attrs.get(keys.BACKEND_NOTES) or {}).get("step_model")))
+        if (label := step_model_label(t)))
 
 
 def gather(session: Session, campaign: Campaign, storage_url: str) -> CampaignReport:
