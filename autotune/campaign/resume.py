@@ -1,13 +1,10 @@
 """Resuming a campaign whose job died, and keeping a second live job off it.
 
-The lease. A campaign row names the job that runs it (`lease_owner`, a token unique to the job)
-and a counter that job bumps every `lease_s / 3` seconds from a heartbeat thread
-(`lease_renewals`). A job that finds the campaign owned watches the counter for `lease_s`:
-if it moves, the owner is alive and the job is refused; if it does not, the owner is dead and
-the job takes the campaign over with one compare-and-set UPDATE (same owner, same counter).
-The same statement is atomic on SQLite and PostgreSQL, and no two machines' clocks are ever
-compared. A live owner that cannot write for `lease_s` (a stalled database) may lose the
-campaign; its next heartbeat sees that and it stops before writing another result.
+The claim. A job that finds its campaign held by another (autotune.storage.lease) watches the
+holder's counter for one lease period: if it moves, the holder is alive and the job is
+refused; if it does not, the holder is dead and the job takes the campaign over
+(storage.claims.take_over). The campaign it resumes must have been started with the same
+settings (`differences`).
 
 Repair. Only the owner asks Optuna for trials, so after a takeover every RUNNING trial belongs
 to the dead job. Each result is written in the order Optuna attributes, our row, Optuna's tell,
@@ -23,30 +20,23 @@ dies in between, and its heartbeats do not run for ask/tell trials; hence this e
 from __future__ import annotations
 
 import logging
-import math
-import os
-import socket
-import threading
 import time
-import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
-from sqlalchemy import Engine, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Engine
 
 from autotune.domain import optuna_keys as keys
 from autotune.domain import step_model
-from autotune.domain.records import LatencySummary, TrialOutcome
 from autotune.domain.slo import SLO
 from autotune.errors import CampaignBusyError, ConfigError, SettingError, SettingText, StorageError
-from autotune.storage import repo
-from autotune.storage.db import session_scope
-from autotune.storage.models import Campaign, Deployment, Trial
-from autotune.vocabulary import FailureClass, Role
+from autotune.storage import claims
+from autotune.storage.lease import Lease, owner_token
+from autotune.storage.models import Campaign, Trial
+from autotune.vocabulary import Role
 
 if TYPE_CHECKING:
     from autotune.campaign.study.request import CampaignRequest
@@ -57,67 +47,6 @@ _SAME = ("trace_digest", "backend", "search_space", "max_trials", "seed", "scree
          "screen_top")
 
 
-def _token() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-class Lease:
-    """This job's hold on one campaign row; renewed by a daemon thread until `finish`."""
-
-    def __init__(self, engine: Engine, campaign_id: int, owner: str, lease_s: float) -> None:
-        self.engine, self.campaign_id, self.owner, self.lease_s = engine, campaign_id, owner, lease_s
-        self.lost = False
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def _mine(self) -> Any:
-        return update(Campaign).where(Campaign.id == self.campaign_id,
-                                      Campaign.lease_owner == self.owner)
-
-    def renew(self) -> bool:
-        with session_scope(self.engine) as s:
-            rows = s.execute(self._mine().values(lease_renewals=Campaign.lease_renewals + 1,
-                                                 lease_heartbeat_at=repo.now())).rowcount  # type: ignore[attr-defined]
-        if not rows:
-            self.lost = True
-        return bool(rows)
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._beat, name=f"lease-{self.campaign_id}",
-                                        daemon=True)
-        self._thread.start()
-
-    def _beat(self) -> None:
-        while not self._stop.wait(self.lease_s / 3):
-            try:
-                if not self.renew():
-                    log.error("campaign %d: another job took the campaign over; stopping",
-                              self.campaign_id)
-                    return
-            except Exception as exc:  # a database blip: keep trying until the lease runs out
-                log.warning("campaign %d: lease heartbeat failed: %s", self.campaign_id, exc)
-
-    def check(self) -> None:
-        """Raise before a write if another job has taken the campaign over."""
-        if self.lost:
-            raise StorageError(f"campaign {self.campaign_id} was taken over by another job "
-                               f"(this one could not renew its lease for {self.lease_s:g} s); "
-                               "this job stops without writing more")
-
-    def finish(self, status: str, message: str | None, wall_s: float) -> None:
-        """Record how the campaign ended and let go of it (only if it is still ours)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        with session_scope(self.engine) as s:
-            rows = s.execute(self._mine().values(
-                status=status, message=message, finished_at=repo.now(), wall_s=wall_s,
-                lease_owner=None)).rowcount  # type: ignore[attr-defined]
-        if not rows:
-            log.error("campaign %d: not ours any more; its status was left to its new owner",
-                      self.campaign_id)
-
-
 @dataclass
 class Claim:
     campaign_id: int
@@ -126,18 +55,8 @@ class Claim:
 
     def abandon(self) -> None:
         """Undo the claim when the job cannot start: a new campaign leaves no trace."""
-        with session_scope(self.lease.engine) as s:
-            c = s.get(Campaign, self.campaign_id)
-            if c is not None and c.lease_owner == self.lease.owner:
-                if self.created:
-                    s.delete(c)
-                else:
-                    c.lease_owner = None
-
-
-def _find(session: Any, request: CampaignRequest) -> Campaign | None:
-    return session.scalar(select(Campaign).join(Deployment).where(
-        Campaign.name == request.campaign, Deployment.name == request.deployment.name))
+        claims.release(self.lease.engine, self.campaign_id, self.lease.owner,
+                       delete=self.created)
 
 
 def differences(c: Campaign, request: CampaignRequest) -> list[str]:
@@ -217,70 +136,44 @@ def _check_same(c: Campaign, request: CampaignRequest) -> None:
                            deployment=request.deployment.name, diffs=", ".join(diffs))
 
 
-def _new_campaign(engine: Engine, request: CampaignRequest, owner: str) -> int | None:
+def _create(engine: Engine, request: CampaignRequest, owner: str) -> int | None:
     r = request
-    try:
-        with session_scope(engine) as s:
-            dep = repo.ensure_deployment(s, r.deployment)
-            # The model its real engines load is what its published YAML will name.
-            if model_path := r.backend_options.get("model_path"):
-                dep.model_path = str(model_path)
-            c = Campaign(
-                deployment_id=dep.id, name=r.campaign, slo=r.slo.to_dict(), trace_ref=r.trace_ref,
-                trace_digest=r.trace.digest, backend=r.backend, executor=r.executor,
-                search_space=r.search_space, study_name=r.study_name, max_trials=r.max_trials,
-                seed=r.seed, screen_backend=r.screen.backend if r.screen else None,
-                screen_top=r.screen.top if r.screen else None,
-                status="running", started_at=repo.now(), lease_owner=owner,
-                lease_renewals=0, lease_heartbeat_at=repo.now())
-            s.add(c)
-            s.flush()
-            return c.id
-    except IntegrityError:  # another job created it a moment ago: treat it as existing
-        return None
-
-
-def _take_over(engine: Engine, c_id: int, executor: str, owner: str,
-               seen: tuple[str | None, int]) -> bool:
-    with session_scope(engine) as s:
-        rows = s.execute(update(Campaign).where(
-            Campaign.id == c_id, Campaign.lease_owner.is_(None) if seen[0] is None
-            else Campaign.lease_owner == seen[0], Campaign.lease_renewals == seen[1]).values(
-            lease_owner=owner, lease_renewals=seen[1] + 1, lease_heartbeat_at=repo.now(),
-            status="running", message=None, finished_at=None, executor=executor)).rowcount  # type: ignore[attr-defined]
-    return bool(rows)
+    return claims.create_campaign(
+        engine, r.deployment, owner, r.backend_options.get("model_path"),
+        name=r.campaign, slo=r.slo.to_dict(), trace_ref=r.trace_ref,
+        trace_digest=r.trace.digest, backend=r.backend, executor=r.executor,
+        search_space=r.search_space, study_name=r.study_name, max_trials=r.max_trials,
+        seed=r.seed, screen_backend=r.screen.backend if r.screen else None,
+        screen_top=r.screen.top if r.screen else None)
 
 
 def claim_campaign(engine: Engine, request: CampaignRequest, lease_s: float) -> Claim:
     """Create the campaign, or take over one whose job is dead; refuse one a live job runs."""
-    owner = _token()
-    created = _new_campaign(engine, request, owner)
+    owner = owner_token()
+    created = _create(engine, request, owner)
     if created is not None:
         return Claim(created, Lease(engine, created, owner, lease_s), created=True)
-    with session_scope(engine) as s:
-        c = _find(s, request)
-        if c is None:
-            raise StorageError(f"campaign {request.campaign!r} could neither be created nor "
-                               "found; check the database")
-        if c.status == "completed":
-            raise ConfigError(f"campaign {request.campaign!r} of deployment "
-                              f"{request.deployment.name!r} is already completed")
-        _check_same(c, request)
-        c_id, seen = c.id, (c.lease_owner, c.lease_renewals)
+    c = claims.find(engine, request.deployment.name, request.campaign)
+    if c is None:
+        raise StorageError(f"campaign {request.campaign!r} could neither be created nor "
+                           "found; check the database")
+    if c.status == "completed":
+        raise ConfigError(f"campaign {request.campaign!r} of deployment "
+                          f"{request.deployment.name!r} is already completed")
+    _check_same(c, request)
+    c_id, seen = c.id, (c.lease_owner, c.lease_renewals)
     if seen[0] is not None:
         # Owned: alive if its counter moves within one lease period, dead if it does not.
         deadline = time.monotonic() + lease_s
         while time.monotonic() < deadline:
             time.sleep(min(lease_s / 6, max(deadline - time.monotonic(), 0)))
-            with session_scope(engine) as s:
-                now = s.get(Campaign, c_id)
-                assert now is not None
-                if (now.lease_owner, now.lease_renewals) != seen:
-                    break
-    if not _take_over(engine, c_id, request.executor, owner, seen):
-        with session_scope(engine) as s:
-            now = s.get(Campaign, c_id)
-            holder = now.lease_owner if now is not None else None
+            now = claims.holder(engine, c_id)
+            assert now is not None
+            if now != seen:
+                break
+    if not claims.take_over(engine, c_id, request.executor, owner, seen):
+        now = claims.holder(engine, c_id)
+        holder = now[0] if now is not None else None
         who = f"another live job ({holder})" if holder else "another job that has just let go"
         raise CampaignBusyError(f"campaign {request.campaign!r} of deployment "
                                 f"{request.deployment.name!r} is being run by {who}; wait for it "
@@ -353,34 +246,3 @@ def repair(storage: BaseStorage, study: optuna.Study, rows: dict[int, Trial]) ->
             requeue(storage, study, t)
             requeued.append(t.number)
     return requeued
-
-
-# -- the rows back into the controller's memory ------------------------------------------------
-def _summary(data: dict[str, Any] | None) -> LatencySummary | None:
-    if data is None:
-        return None
-    fields = LatencySummary.model_fields
-    # Stored JSON turned NaN into null; the required floats get their NaN back.
-    return LatencySummary.model_validate(
-        {k: (math.nan if v is None and k in fields and fields[k].is_required() else v)
-         for k, v in data.items()})
-
-
-def outcome_of(row: Trial) -> TrialOutcome:
-    """The measurement a stored trial holds, as the executor once returned it."""
-    return TrialOutcome(
-        trial_number=row.number, capacity_output_tok_s=row.capacity_output_tok_s,
-        capacity_rate_scale=row.capacity_rate_scale,
-        at_capacity=_summary(row.latency) if row.capacity_rate_scale > 0 else None,
-        at_recorded_rate=_summary(row.latency_recorded_rate),
-        failure_class=FailureClass(row.failure_class) if row.failure_class else None,
-        failure_message=row.failure_message,
-        start_s=row.start_s, measure_s=row.measure_s, replays=list(row.replays),
-        started_at_epoch_s=row.started_at.timestamp() if row.started_at else 0.0,
-        worker=dict(row.worker), telemetry=dict(row.telemetry))
-
-
-def stored_trials(engine: Engine, campaign_id: int) -> dict[int, Trial]:
-    with session_scope(engine) as s:
-        return {t.number: t for t in s.scalars(select(Trial).where(
-            Trial.campaign_id == campaign_id))}

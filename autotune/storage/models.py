@@ -70,7 +70,7 @@ class Campaign(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     wall_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     message: Mapped[str | None] = mapped_column(Text, nullable=True)
-    # The job running the campaign (autotune.campaign.resume.Lease): its token, and a counter it bumps
+    # The job running the campaign (autotune.storage.lease.Lease): its token, and a counter it bumps
     # every heartbeat. A counter that stops moving means the job is dead; no clocks compared.
     lease_owner: Mapped[str | None] = mapped_column(String(200), nullable=True)
     lease_renewals: Mapped[int] = mapped_column(Integer, default=0, server_default="0")

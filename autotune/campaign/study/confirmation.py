@@ -16,7 +16,7 @@ from typing import Any
 import optuna
 from sqlalchemy import Engine
 
-from autotune.campaign import confirm, resume
+from autotune.campaign import confirm
 from autotune.campaign.confirm import ConfirmPlan
 from autotune.campaign.study.recorder import finite_json
 from autotune.campaign.study.request import CampaignRequest
@@ -28,6 +28,7 @@ from autotune.domain.vllm_defaults import deployment_args
 from autotune.measure.executors import Executor
 from autotune.search.baselines import BASELINES
 from autotune.storage.db import session_scope
+from autotune.storage.lease import Lease
 from autotune.storage.models import Campaign
 from autotune.vocabulary import Role
 
@@ -69,7 +70,7 @@ def _compare(executor: Executor, r: CampaignRequest,
 
 def confirm_and_compare(engine: Engine, executor: Executor, study: optuna.Study,
                         campaign_id: int, r: CampaignRequest, records: Sequence[TrialRecord],
-                        stop_reason: str | None, lease: resume.Lease | None) -> None:
+                        stop_reason: str | None, lease: Lease | None) -> None:
     """Re-run the best configs, the incumbent and the baselines with the same other seeds,
     then measure the comparison configs; store the results and why the search stopped in
     one transaction."""

@@ -40,7 +40,9 @@ from autotune.search.samplers import make_sampler
 from autotune.search.space import baseline_configs, config_for, space_params
 from autotune.storage import repo, studies
 from autotune.storage.db import session_scope
+from autotune.storage.lease import Lease
 from autotune.storage.models import Campaign
+from autotune.storage.trial_rows import outcome_of, stored_trials
 from autotune.vocabulary import ENGINE_FAILURES, NOT_THE_CONFIG, RecordState, Role
 
 log = logging.getLogger("autotune.study")
@@ -66,7 +68,7 @@ class StudyController:
                  clock: Callable[[], float] = time.monotonic, lease_s: float = 30.0) -> None:
         self.engine, self.request, self.executor = engine, request, executor
         self.lease_s = lease_s  # how long a silent job is given before its campaign is taken
-        self._lease: resume.Lease | None = None
+        self._lease: Lease | None = None
         self.observer = observer or Observer()
         self.space = phases.search_space(request)
         # The sampler proposes from plan.space (the grid sampler's is two axes of this space).
@@ -103,7 +105,7 @@ class StudyController:
     def _restore(self, study: optuna.Study, campaign_id: int) -> int:
         """Settle what a dead job left and reload what it finished; returns the trials that
         count against the budget so far."""
-        rows = resume.stored_trials(self.engine, campaign_id)
+        rows = stored_trials(self.engine, campaign_id)
         requeued = resume.repair(self.storage, study, rows)
         for row in sorted(rows.values(), key=lambda t: t.number):
             record = repo.trial_record(row)
@@ -112,7 +114,7 @@ class StudyController:
             self.recorder.gpu_hours += row.gpu_hours
             if row.latency_recorded_rate is not None and row.repeat_of is None:
                 self._seen.setdefault((row.fidelity, EngineConfig(**row.engine_config).key()),
-                                      resume.outcome_of(row))
+                                      outcome_of(row))
         # The budget counts the search's trials (a multi-fidelity campaign's screening ones).
         done = sum(1 for t in rows.values() if t.state != RecordState.REJECTED
                    and t.repeat_of is None and t.fidelity == self.request.search_backend)

@@ -17,7 +17,6 @@ from optuna.trial import Trial as OptunaTrial
 from sqlalchemy import Engine
 
 from autotune.campaign import budget as budgets
-from autotune.campaign import resume
 from autotune.campaign.study.request import CampaignRequest
 from autotune.domain import optuna_keys as keys
 from autotune.domain.engine_config import EngineConfig
@@ -34,6 +33,7 @@ from autotune.search.rules import Violation
 from autotune.search.space import SearchSpace
 from autotune.storage import repo
 from autotune.storage.db import session_scope
+from autotune.storage.lease import Lease
 from autotune.storage.models import Campaign
 from autotune.vocabulary import FailureClass, RecordState
 
@@ -56,7 +56,7 @@ class TrialRecorder:
     def __init__(self, engine: Engine, storage: BaseStorage,
                  request: CampaignRequest) -> None:
         self.engine, self.storage, self.request = engine, storage, request
-        self.lease: resume.Lease | None = None  # the campaign's, once claimed
+        self.lease: Lease | None = None  # the campaign's, once claimed
         self.gpu_hours = 0.0  # spent by the search so far (restored on resume)
 
     def describe(self, trial: OptunaTrial, config: EngineConfig, space: SearchSpace) -> None:
