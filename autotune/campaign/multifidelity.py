@@ -29,7 +29,7 @@ not choose. Feeding the real results back into the search itself (a sampler cond
 fidelity, or a correction fitted on the K pairs) would need more real points than K; the pairs
 are kept (`screen_of`) for `autotune sim calibrate`-style checks of the simulator.
 
-Resume. Both phases resume like any campaign (autotune.campaign.resume): a dead job's RUNNING trials are
+Resume. Both phases resume like any campaign (autotune.campaign.study.repair): a dead job's RUNNING trials are
 re-queued with their parameters and user attributes, fidelity included. The real phase's plan
 is computed again from the stored screening trials (the same rows give the same plan) and each
 planned run is enqueued only if no trial holds its tag, so nothing is measured twice.

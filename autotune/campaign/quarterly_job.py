@@ -16,10 +16,7 @@ from sqlalchemy.orm import Session
 
 from autotune.campaign import quarterly as q
 from autotune.campaign.requests import QuarterlyRequest
-from autotune.campaign.resume import (
-    roofline_profile_change,
-    step_model_change,
-)
+from autotune.campaign.resume_settings import roofline_profile_change, step_model_change
 from autotune.campaign.step_model import step_model_line, step_model_runs
 from autotune.campaign.study import CampaignRequest, StudyController
 from autotune.campaign.study.observer import LoggedOutput

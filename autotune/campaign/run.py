@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from autotune.campaign import per_path as pp
 from autotune.campaign.multifidelity import Screening
 from autotune.campaign.requests import TuneRequest
-from autotune.campaign.resume import (
+from autotune.campaign.resume_settings import (
     differences,
     roofline_profile_change,
     sampler_change,

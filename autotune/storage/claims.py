@@ -1,6 +1,6 @@
 """The writes and reads by which a job claims a campaign row: create it held by the job, read
 who holds it, take it over from a dead holder, let go of it. When to do which is the
-campaign's policy (autotune.campaign.resume); each statement here is atomic on SQLite and
+campaign's policy (autotune.campaign.claim); each statement here is atomic on SQLite and
 PostgreSQL."""
 
 from __future__ import annotations

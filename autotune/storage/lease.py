@@ -3,7 +3,7 @@
 A campaign row names the job that runs it (`lease_owner`, a token unique to the job) and a
 counter that job bumps every `lease_s / 3` seconds from a heartbeat thread (`lease_renewals`).
 Another job tells a dead owner from a live one by watching the counter, never by comparing
-two machines' clocks (autotune.campaign.resume), and takes the row over with one
+two machines' clocks (autotune.campaign.claim), and takes the row over with one
 compare-and-set UPDATE (claims.take_over). A live owner that cannot write for `lease_s` (a
 stalled database) may lose the campaign; its next heartbeat sees that and it stops before
 writing another result.

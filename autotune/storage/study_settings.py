@@ -1,6 +1,6 @@
 """What a stored study says about how its campaign ran: the simulator step model of its trials,
 the roofline profiles that priced them, the sampler. A resumed campaign is checked against
-these (autotune.campaign.resume); None or empty where nothing is recorded."""
+these (autotune.campaign.resume_settings); None or empty where nothing is recorded."""
 
 from __future__ import annotations
 

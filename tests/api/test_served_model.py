@@ -14,7 +14,7 @@ import yaml
 from fastapi.testclient import TestClient
 
 from autotune.api.app import create_app
-from autotune.campaign.resume import claim_campaign
+from autotune.campaign.claim import claim_campaign
 from autotune.campaign.study import CampaignRequest, StudyController
 from autotune.domain.deployment import DEMO
 from autotune.domain.slo import parse_slo

@@ -9,8 +9,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune.campaign import resume
-from autotune.campaign.study import CampaignRequest, StudyController, TrialRecord
+from autotune.campaign.claim import claim_campaign
+from autotune.campaign.study import CampaignRequest, StudyController, TrialRecord, repair
 from autotune.domain import optuna_keys as keys
 from autotune.domain.deployment import DeploymentSpec
 from autotune.domain.records import TrialOutcome
@@ -43,11 +43,11 @@ def _request(**overrides: object) -> CampaignRequest:
 # -- the lease ---------------------------------------------------------------------------------
 def test_a_live_job_keeps_its_campaign(migrated_sqlite: str) -> None:
     engine = open_database(migrated_sqlite)
-    first = resume.claim_campaign(engine, _request(), lease_s=0.6)
+    first = claim_campaign(engine, _request(), lease_s=0.6)
     first.lease.start()
     try:
         with pytest.raises(ConfigError, match="being run by another live job"):
-            resume.claim_campaign(engine, _request(), lease_s=0.6)
+            claim_campaign(engine, _request(), lease_s=0.6)
         assert not first.lease.lost
     finally:
         first.lease.finish("failed", "test", 0.0)
@@ -57,9 +57,9 @@ def test_a_live_job_keeps_its_campaign(migrated_sqlite: str) -> None:
 def test_a_silent_jobs_campaign_is_taken_over_and_the_old_job_can_write_no_more(
         migrated_sqlite: str) -> None:
     engine = open_database(migrated_sqlite)
-    dead = resume.claim_campaign(engine, _request(), lease_s=0.6)  # never renews: it "died"
+    dead = claim_campaign(engine, _request(), lease_s=0.6)  # never renews: it "died"
     t0 = time.monotonic()
-    second = resume.claim_campaign(engine, _request(), lease_s=0.6)
+    second = claim_campaign(engine, _request(), lease_s=0.6)
     assert time.monotonic() - t0 >= 0.6  # it watched one whole lease period first
     assert second.campaign_id == dead.campaign_id and not second.created
     assert not dead.lease.renew()
@@ -79,9 +79,9 @@ def test_a_silent_jobs_campaign_is_taken_over_and_the_old_job_can_write_no_more(
 
 def test_a_resume_with_other_settings_is_refused(migrated_sqlite: str) -> None:
     engine = open_database(migrated_sqlite)
-    resume.claim_campaign(engine, _request(), lease_s=0.2)
+    claim_campaign(engine, _request(), lease_s=0.2)
     with pytest.raises(ConfigError, match="max_trials 5 \\(asked 9\\).*same settings"):
-        resume.claim_campaign(engine, _request(max_trials=9), lease_s=0.2)
+        claim_campaign(engine, _request(max_trials=9), lease_s=0.2)
     engine.dispose()
 
 
@@ -179,7 +179,7 @@ def test_an_interrupted_requeue_is_finished_not_repeated(migrated_sqlite: str) -
         state=TrialState.WAITING, system_attrs={"fixed_params": running.params,
                                                 keys.RETRY_OF: running.number})
     storage.create_new_trial(storage.get_study_id_from_name("s"), template_trial=template)
-    assert resume.repair(storage, study, {}) == [running.number]
+    assert repair.repair(storage, study, {}) == [running.number]
     trials = study.get_trials()
     assert len(trials) == 2  # no second retry
     assert trials[0].state == TrialState.FAIL and trials[0].system_attrs[keys.REQUEUED_AS] == 1
@@ -190,7 +190,7 @@ def test_baselines_are_enqueued_once_even_after_a_crash_between_them() -> None:
     study = optuna.create_study()
     params = {"vllm-default": {"x": 1}, "guide-heuristic": {"x": 2}}
     study.enqueue_trial({"x": 1}, user_attrs={"role": "vllm-default"})  # then the job died
-    resume.ensure_baselines(study, params)
-    resume.ensure_baselines(study, params)
+    repair.ensure_baselines(study, params)
+    repair.ensure_baselines(study, params)
     roles = [t.user_attrs["role"] for t in study.trials]
     assert roles == ["vllm-default", "guide-heuristic"]

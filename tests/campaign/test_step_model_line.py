@@ -91,7 +91,7 @@ def test_labels_say_how_the_roofline_coefficients_were_set() -> None:
 
 
 def test_a_roofline_profile_change_is_named_only_where_the_coefficients_differ() -> None:
-    from autotune.campaign.resume import roofline_profile_change
+    from autotune.campaign.resume_settings import roofline_profile_change
 
     old, new = "H200-141GB/m v1 (not fitted)", "H200-141GB/m v2 (fitted)"
     today = [f"roofline; profile {new}", f"measured table a/b/TP8/fp8 (s); profile {new}"]

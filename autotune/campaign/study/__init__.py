@@ -13,7 +13,8 @@ its best configs for real in between (autotune.campaign.multifidelity).
 The modules: `request` (what a campaign asks for), `loop` (StudyController: ask, tell, what is
 in flight, when to stop), `recorder` (a finished trial's Optuna attributes, constraints,
 database row and GPU-hours), `phases` (the space, the references and the study they start
-from; the hand-off from screening to the real backend), `confirmation` (the confirmation and
+from; the hand-off from screening to the real backend), `repair` (what a dead job left in the
+study; the references and baselines enqueued once), `confirmation` (the confirmation and
 the comparison configs after the search) and `observer` (the hooks of progress displays).
 """
 

@@ -21,8 +21,8 @@ from sqlalchemy import Engine
 
 from autotune.campaign import budget as budgets
 from autotune.campaign import multifidelity as mf
-from autotune.campaign import resume
-from autotune.campaign.study import confirmation, phases
+from autotune.campaign.claim import Claim, claim_campaign
+from autotune.campaign.study import confirmation, phases, repair
 from autotune.campaign.study.observer import Observer
 from autotune.campaign.study.recorder import TrialRecorder
 from autotune.campaign.study.request import CampaignRequest
@@ -106,7 +106,7 @@ class StudyController:
         """Settle what a dead job left and reload what it finished; returns the trials that
         count against the budget so far."""
         rows = stored_trials(self.engine, campaign_id)
-        requeued = resume.repair(self.storage, study, rows)
+        requeued = repair.repair(self.storage, study, rows)
         for row in sorted(rows.values(), key=lambda t: t.number):
             record = repo.trial_record(row)
             self.records.append(record)
@@ -169,10 +169,10 @@ class StudyController:
             lease.finish(status, message, self.clock() - t0)
         return campaign_id
 
-    def _claim(self) -> resume.Claim:
+    def _claim(self) -> Claim:
         """Claim the campaign (refusing a live job's) and open the executor's workers."""
         r = self.request
-        claim = resume.claim_campaign(self.engine, r, self.lease_s)
+        claim = claim_campaign(self.engine, r, self.lease_s)
         if claim.created and studies.has_study(self.storage, r.study_name):
             claim.abandon()
             raise SettingError("an Optuna study named {study!r} already exists in this "
@@ -255,7 +255,7 @@ class StudyController:
         """Never leave a RUNNING trial behind: a later `tune` runs these parameters again."""
         for number, job in self._in_flight.items():
             try:
-                resume.requeue(self.storage, study, self.storage.get_trial(job.trial._trial_id))
+                repair.requeue(self.storage, study, self.storage.get_trial(job.trial._trial_id))
             except Exception as exc:  # the database may be what failed; resume repairs it
                 log.error("%s trial %d: could not re-queue it (%s); a resume will",
                           self.request.study_name, number, exc)

@@ -15,7 +15,8 @@ import optuna
 from optuna.storages import BaseStorage
 
 from autotune.campaign import multifidelity as mf
-from autotune.campaign import resume
+from autotune.campaign.resume_settings import sampler_change
+from autotune.campaign.study.repair import ensure_baselines, ensure_references
 from autotune.campaign.study.request import CampaignRequest
 from autotune.domain import optuna_keys as keys
 from autotune.domain.engine_config import EngineConfig
@@ -74,8 +75,8 @@ def open_study(storage: BaseStorage, request: CampaignRequest, plan: SamplerPlan
     and the references, then the baselines, enqueued once."""
     # load_if_exists: a resumed campaign continues its study (the sampler starts afresh).
     study = create_or_load_study(storage, request.study_name, plan.sampler)
-    change = resume.sampler_change(study.user_attrs.get(keys.SAMPLER), plan.name,
-                                   request.campaign, completed=False)
+    change = sampler_change(study.user_attrs.get(keys.SAMPLER), plan.name, request.campaign,
+                            completed=False)
     if change:  # resuming with another sampler: it proposes from here on
         log.warning("%s: %s", request.study_name, change)
     with warnings.catch_warnings():  # "experimental" since Optuna 3.2, unchanged since
@@ -86,8 +87,8 @@ def open_study(storage: BaseStorage, request: CampaignRequest, plan: SamplerPlan
     study.set_user_attr(keys.DEPLOYMENT, request.deployment.name)
     for key, value in request.study_attrs.items():
         study.set_user_attr(key, value)
-    resume.ensure_references(study, references)  # before the baselines
-    resume.ensure_baselines(study, baseline_params)
+    ensure_references(study, references)  # before the baselines
+    ensure_baselines(study, baseline_params)
     return study
 
 

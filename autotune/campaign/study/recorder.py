@@ -2,7 +2,7 @@
 autotune_trials row, and the GPU-hours it cost (the campaign row's and the search's total).
 
 Writes go Optuna attributes, then our row; the loop then tells Optuna. A job killed between
-any two is repaired on resume (resume.repair: a row without a tell is told; no row is
+any two is repaired on resume (repair.repair: a row without a tell is told; no row is
 re-queued)."""
 
 from __future__ import annotations
