@@ -471,17 +471,21 @@ SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
 
 @app.command()
 def completion(
+    ctx: typer.Context,
     shell: Annotated[str, typer.Argument(help=f"One of {', '.join(SHELLS)}.")],
 ) -> None:
     """Print the shell completion script, e.g. `autotune completion bash >
     ~/.local/share/bash-completion/completions/autotune` (or `eval "$(autotune completion
     bash)"` in ~/.bashrc). `autotune --install-completion` installs it for the current shell."""
-    from typer._completion_shared import get_completion_script
+    # Click's ShellComplete classes as typer registers them for each shell (typer vendors Click
+    # as typer._click, so the installed click's registry knows neither typer's scripts nor pwsh).
+    from typer.completion import shell_completion
 
-    if shell not in SHELLS:
+    complete = shell_completion.get_completion_class(shell) if shell in SHELLS else None
+    if complete is None:
         raise ConfigError(f"no completion for shell {shell!r}; give one of {', '.join(SHELLS)}")
-    print(get_completion_script(prog_name="autotune", complete_var="_AUTOTUNE_COMPLETE",
-                                shell=shell))
+    root = ctx.find_root()
+    print(complete(root.command, {}, "autotune", "_AUTOTUNE_COMPLETE").source().strip())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,6 +12,7 @@ from rich.console import Console
 from autotune.cli import output
 from autotune.cli.common import open_db
 from autotune.errors import ConfigError
+from autotune.traffic.formats.registry import TRACE_FORMATS
 
 traffic_app = typer.Typer(no_args_is_help=True, help="Traffic traces: synth, import, show, "
                                                      "split, shape.")
@@ -22,6 +23,12 @@ if not console.is_terminal:
 HotMax = Annotated[int, typer.Option(help="Hot path: max_tokens (else output tokens) at most this.")]
 WarmShare = Annotated[float, typer.Option(
     help="Warm path: a first prefix block shared by at least this fraction of requests.")]
+
+
+def _format_help() -> str:
+    """--format's choices, as the trace format registry lists them."""
+    names = [f"{f.name} ({f.help})" if f.help else f.name for f in TRACE_FORMATS]
+    return f"auto (by content), {', '.join(names[:-1])} or {names[-1]}."
 
 
 def _check_paths(hot_max_tokens: int, warm_min_share: float) -> None:
@@ -57,9 +64,7 @@ def traffic_synth(
 def traffic_import(
     file: Annotated[Path, typer.Argument(help="The trace or log to import.")],
     out: Annotated[Path, typer.Option(help="The Parquet trace to write.")],
-    fmt: Annotated[str, typer.Option(
-        "--format", help="auto (by content), azure, mooncake, burstgpt, openai-log "
-                         "(the capture proxy's log), jsonl or parquet.")] = "auto",
+    fmt: Annotated[str, typer.Option("--format", help=_format_help())] = "auto",
     model: Annotated[str | None, typer.Option(help="BurstGPT: keep only this model's rows.")] = None,
     map_spec: Annotated[str | None, typer.Option(
         "--map", help="Read any CSV or JSONL: target=source,... with targets arrival, "

@@ -1,14 +1,9 @@
 """Trace file formats, recognised by content (never by file name), and one entry point.
 
-| format | recognised by | time | notes |
-|---|---|---|---|
-| parquet | the Parquet magic bytes | s | the store (`autotune.traffic.parquet_store`) |
-| jsonl | JSON lines with arrival_s, prompt_tokens, output_tokens | s | ours; must be sorted |
-| openai-log | JSON lines with ts, api, prompt_tokens, output_tokens | epoch s | the capture proxy's log |
-| mooncake | JSON lines with timestamp, input_length, output_length | ms | 512-token hash blocks |
-| azure | CSV header TIMESTAMP, ContextTokens, GeneratedTokens | wall clock | 2023 and 2024 traces |
-| burstgpt | CSV header Timestamp, Request tokens, Response tokens, ... | s | failed rows dropped |
-| mapped | (never guessed: --map) | --time-unit | any CSV or JSONL |
+Each format is one registration (trace_format.TraceFormat) in a module of its own, saying how it
+is recognised, how it is read, its time unit and notes; registry.py lists them and detect.py
+tells them apart. Any CSV or JSONL can also be read through a column mapping (mapped.py,
+`--map`), a format never guessed.
 
 Repairs, the same everywhere: importers of external formats (all but jsonl and parquet) sort rows
 stably by arrival; equal arrivals are kept; arrivals are shifted to start at 0. Everything else
@@ -20,21 +15,20 @@ readable as Parquet, no or another schema version, a column of the wrong type.
 
 from __future__ import annotations
 
-import csv
-import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autotune.errors import SettingError, SettingText, TraceError
-from autotune.traffic import capture_format
-from autotune.traffic.columns import TimeUnit, empty_error
-from autotune.traffic.formats import readers
-from autotune.traffic.formats._walk import first_line
-from autotune.traffic.formats.mapped import read_mapped
-from autotune.traffic.trace import DEMO_TRACE, Trace
+from autotune.traffic.formats.detect import detect_format
+from autotune.traffic.formats.registry import FORMATS, by_name
 
-FORMATS = ("auto", "azure", "mooncake", "burstgpt", "openai-log", "jsonl", "parquet")
+if TYPE_CHECKING:
+    from autotune.traffic.columns import TimeUnit
+    from autotune.traffic.trace import Trace
+
+# Nothing here imports numpy or pyarrow at the top (the readers and the mapping do, when they
+# run): the CLI imports the registry below this package for --format's help at every start.
 
 
 @dataclass(frozen=True)
@@ -44,46 +38,12 @@ class Imported:
     notes: tuple[str, ...]  # repairs and drops, for the user to read
 
 
-def detect_format(path: Path) -> str:
-    """The format of a file, by content. Unknown CSV headers are an error; anything else that is
-    not recognised is read as our JSONL, whose reader then names what is wrong."""
-    with path.open("rb") as f:
-        if f.read(4) == b"PAR1":
-            return "parquet"
-    line = first_line(path)
-    if not line:
-        raise empty_error(path)
-    if line.startswith("{"):
-        try:
-            rec = json.loads(line)
-        except (ValueError, RecursionError):
-            return "jsonl"
-        if isinstance(rec, dict):
-            if all(k in rec for k in readers.MOONCAKE_KEYS):
-                return "mooncake"
-            if capture_format.is_capture_record(rec):
-                return "openai-log"
-        return "jsonl"
-    try:
-        header = [h.strip() for h in next(csv.reader([line]), [])]
-    except csv.Error:  # e.g. a bare carriage return: not a CSV header at all
-        return "jsonl"
-    if all(c in header for c in readers.AZURE_COLUMNS):
-        return "azure"
-    if all(c in header for c in ("Timestamp", "Request tokens", "Response tokens")):
-        return "burstgpt"
-    if len(header) > 1:
-        raise TraceError(SettingText(
-            "{path}: row 1, column '*': a CSV header ({header}) that no importer recognises; "
-            "import it with {map} arrival=COLUMN,prompt_tokens=COLUMN,output_tokens=COLUMN",
-            path=path, header=", ".join(header)[:200]))
-    return "jsonl"
-
-
 def import_file(path: Path, fmt: str = "auto", *, model: str | None = None,
                 mapping: dict[str, str] | None = None, time_unit: TimeUnit = "s") -> Imported:
     """Read and check a trace file in the given format (auto: recognised by content)."""
     if not path.is_file():
+        from autotune.traffic.trace import DEMO_TRACE
+
         raise TraceError(SettingText("trace file {path} does not exist; pass {trace} with a trace "
                                      "file (the bundled demo trace is {demo})", path=path,
                                      demo=DEMO_TRACE))
@@ -93,23 +53,19 @@ def import_file(path: Path, fmt: str = "auto", *, model: str | None = None,
     if mapping is not None:
         if fmt != "auto":
             raise SettingError("{map} reads any CSV or JSONL itself; leave {format} at auto")
+        from autotune.traffic.formats.mapped import read_mapped
+
         trace, notes = read_mapped(path, mapping, time_unit)
         return Imported(trace, "mapped", tuple(notes))
     if fmt == "auto":
         fmt = detect_format(path)
-    if model is not None and fmt != "burstgpt":
+    trace_format = by_name(fmt)
+    if model is None:
+        trace, notes = trace_format.read(path)
+    elif trace_format.read_one_model is None:
         raise SettingError("{model} filters BurstGPT traces; this file is {fmt}", fmt=fmt)
-    if fmt == "parquet":
-        from autotune.traffic.parquet_store import read_parquet
-
-        return Imported(read_parquet(path), fmt, ())
-    if fmt == "burstgpt":
-        trace, notes = readers.read_burstgpt(path, model)
     else:
-        reader: Callable[[Path], tuple[Trace, list[str]]] = {
-            "azure": readers.read_azure, "mooncake": readers.read_mooncake,
-            "openai-log": readers.read_capture, "jsonl": readers.read_jsonl}[fmt]
-        trace, notes = reader(path)
+        trace, notes = trace_format.read_one_model(path, model)
     return Imported(trace, fmt, tuple(notes))
 
 

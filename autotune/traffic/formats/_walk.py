@@ -79,15 +79,6 @@ def csv_rows(path: Path) -> tuple[list[str], Iterator[tuple[int, dict[str, str |
     return header, rows()
 
 
-def first_line(path: Path) -> str:
-    """The first non-blank line, decoded leniently (for recognising the format only)."""
-    with path.open("rb") as f:
-        for raw in f:
-            if raw.strip():
-                return raw.decode("utf-8", errors="replace").strip()
-    return ""
-
-
 def missing_columns_error(path: Path, header: list[str], wanted: list[str]) -> TraceError:
     missing = [w for w in wanted if w not in header]
     return TraceError(SettingText("{path}: row 1, column {column!r}: missing from the header "

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from autotune.errors import SettingError
 from autotune.traffic.columns import TIME_UNITS_S, RawTable, TimeUnit, build_trace
-from autotune.traffic.formats._walk import csv_rows, first_line, json_lines, missing_columns_error
+from autotune.traffic.formats._walk import csv_rows, json_lines, missing_columns_error
+from autotune.traffic.formats.detect import first_line
 from autotune.traffic.trace import Trace, file_digest
 
 TARGETS = {"arrival": "arrival_s", "arrival_s": "arrival_s", "prompt_tokens": "prompt_tokens",
