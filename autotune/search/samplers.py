@@ -63,7 +63,7 @@ from autotune.domain.parallelism import PARAM as PARALLELISM
 from autotune.domain.parallelism import Strategy
 from autotune.errors import ConfigError, SettingError
 from autotune.search.objective import is_feasible
-from autotune.search_spaces import SearchSpace
+from autotune.search.spaces import SearchSpace
 
 SAMPLERS = ("tpe", "gp", "random", "grid")
 DEFAULT_SAMPLER = "tpe"

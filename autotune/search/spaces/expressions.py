@@ -1,13 +1,13 @@
-"""Interaction rules: boolean expressions over engine arguments, checked without `eval`.
+"""The rule grammar: expressions over engine arguments and deployment facts, checked without
+`eval`.
 
-A rule's `require` expression must hold for a config to be allowed. The grammar is a small subset
-of Python expressions, parsed with `ast` and interpreted here node by node:
-`and or not`, comparisons (`== != < <= > >= in not in`), `+ - * / // %`, unary minus,
+The grammar is a small subset of Python expressions, parsed with `ast` and interpreted here node
+by node: `and or not`, comparisons (`== != < <= > >= in not in`), `+ - * / // %`, unary minus,
 `A if C else B`, the calls `min(...)` and `max(...)`, names, numbers, strings, booleans and
 tuples/lists of constants (for `in`).
 
-`Expr` is one such expression with a value (search-space bounds and conditions use it); a `Rule`
-is an expression that must hold.
+`Expr` is one such expression: search-space bounds and conditions use its value, and rules and
+pins (rules.py) hold one that must hold.
 """
 
 from __future__ import annotations
@@ -111,7 +111,8 @@ def _parse(source: str, what: str) -> ast.Expression:
 
 @dataclass(frozen=True)
 class Expr:
-    """An expression in the rule grammar whose value is used: a bound, a condition."""
+    """An expression in the rule grammar, parsed and checked when made (a RuleError naming
+    `what` otherwise)."""
 
     source: str
     what: str = "expression"  # names it in error messages, e.g. "parameter 'x' max"
@@ -122,107 +123,19 @@ class Expr:
 
     @property
     def names(self) -> set[str]:
+        """The names it reads (min and max are functions, not names)."""
         return _names(self._tree)
 
+    def evaluate(self, values: Mapping[str, Any]) -> Any:
+        """Its value on these names: a KeyError for a name without one, Python's own errors for
+        an operation that fails (rules and pins name themselves in theirs)."""
+        return _evaluate(self._tree, values)
+
     def value(self, values: Mapping[str, Any]) -> Any:
+        """Its value on these names; a missing name or a failing operation is a RuleError."""
         try:
-            return _evaluate(self._tree, values)
+            return self.evaluate(values)
         except KeyError as exc:
             raise RuleError(f"{self.what}: no value for {exc.args[0]!r}") from None
         except (TypeError, ZeroDivisionError, ValueError) as exc:
             raise RuleError(f"{self.what}: {exc}") from None
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One interaction rule. severity "error": known to fail; "slow": known to be slow.
-
-    `when` (optional): the rule applies only where it holds (a model or GPU fact, say);
-    `source`: where the behaviour it encodes lives (a vLLM file and function, or a recipe);
-    `origin`: the file it was read from, for error messages.
-    """
-
-    name: str
-    require: str
-    message: str
-    severity: str = "error"
-    when: str | None = None
-    source: str = ""
-    origin: str = ""
-    _tree: ast.Expression = field(init=False, repr=False, compare=False)
-    _when: ast.Expression | None = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        if self.severity not in ("error", "slow"):
-            raise RuleError(f"rule {self.name!r}: severity must be 'error' or 'slow'")
-        object.__setattr__(self, "_tree", _parse(self.require, f"rule {self.name!r}"))
-        object.__setattr__(self, "_when", None if self.when is None
-                           else _parse(self.when, f"rule {self.name!r} when"))
-
-    @property
-    def names(self) -> set[str]:
-        return _names(self._tree) | (_names(self._when) if self._when is not None else set())
-
-    def check_names(self, known: set[str]) -> None:
-        unknown = sorted(self.names - known)
-        if unknown:
-            where = f"{self.origin}: " if self.origin else ""
-            raise RuleError(
-                f"{where}rule {self.name!r} references unknown name(s) {', '.join(unknown)}; "
-                f"known names: {', '.join(sorted(known))}"
-            )
-
-    def applies(self, values: Mapping[str, Any]) -> bool:
-        return self._when is None or bool(self._eval(self._when, values))
-
-    def holds(self, values: Mapping[str, Any]) -> bool:
-        return not self.applies(values) or bool(self._eval(self._tree, values))
-
-    def _eval(self, tree: ast.Expression, values: Mapping[str, Any]) -> Any:
-        try:
-            return _evaluate(tree, values)
-        except KeyError as exc:
-            raise RuleError(f"rule {self.name!r}: no value for {exc.args[0]!r}") from None
-        except (TypeError, ZeroDivisionError) as exc:
-            raise RuleError(f"rule {self.name!r}: {exc}") from None
-
-
-@dataclass(frozen=True)
-class Pin:
-    """Values a model or GPU requires: where `when` holds on the deployment's facts, the
-    parameters are fixed to `values` for baselines and trials and leave the search space."""
-
-    name: str
-    when: str
-    values: Mapping[str, Any]
-    message: str
-    source: str = ""
-    origin: str = ""
-    _when: ast.Expression = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        if not self.values:
-            raise RuleError(f"pin {self.name!r}: 'set' must name at least one parameter")
-        object.__setattr__(self, "_when", _parse(self.when, f"pin {self.name!r} when"))
-
-    @property
-    def names(self) -> set[str]:
-        return _names(self._when)
-
-    def applies(self, facts: Mapping[str, Any]) -> bool:
-        try:
-            return bool(_evaluate(self._when, facts))
-        except KeyError as exc:
-            raise RuleError(f"pin {self.name!r}: no value for {exc.args[0]!r}") from None
-        except (TypeError, ZeroDivisionError) as exc:
-            raise RuleError(f"pin {self.name!r}: {exc}") from None
-
-
-def pinned_values(pins: tuple[Pin, ...], facts: Mapping[str, Any]) -> dict[str, Any]:
-    """The values the pins whose condition holds on these facts fix. A pin naming a fact the
-    mapping lacks (a partial context, as schema tests bind) fixes nothing."""
-    values: dict[str, Any] = {}
-    for pin in pins:
-        if pin.names <= set(facts) and pin.applies(facts):
-            values.update(pin.values)
-    return values

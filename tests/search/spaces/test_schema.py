@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from autotune.search_spaces import SpaceError, builtin_space_path, load_rules_file, load_space_file
+from autotune.search.spaces import SpaceError, builtin_space_path, load_rules_file, load_space_file
 
 
 def test_default_space_has_the_first_parameters_and_common_rules() -> None:
