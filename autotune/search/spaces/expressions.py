@@ -1,10 +1,15 @@
-"""The rule grammar: expressions over engine arguments and deployment facts, checked without
-`eval`.
+"""The rule grammar: expressions over engine arguments and deployment facts, never `eval`'d.
 
-The grammar is a small subset of Python expressions, parsed with `ast` and interpreted here node
-by node: `and or not`, comparisons (`== != < <= > >= in not in`), `+ - * / // %`, unary minus,
-`A if C else B`, the calls `min(...)` and `max(...)`, names, numbers, strings, booleans and
-tuples/lists of constants (for `in`).
+The grammar is a small subset of Python expressions: `and or not`, comparisons
+(`== != < <= > >= in not in`), `+ - * / // %`, unary minus, `A if C else B`, the calls
+`min(...)` and `max(...)`, names, numbers, strings, booleans and tuples/lists of constants
+(for `in`).
+
+simpleeval evaluates an expression, given only the grammar's operators and calls. Parsing and a
+walk over the tree stay here: they refuse what lies beyond the grammar when a file is read,
+naming the expression, where simpleeval would refuse a node only once a config reaches it (and
+allows attributes, subscripts and `**`, which the grammar does not); and the walk lists the
+names an expression reads, which a space checks against the known ones when it loads.
 
 `Expr` is one such expression: search-space bounds and conditions use its value, and rules and
 pins (rules.py) hold one that must hold.
@@ -18,7 +23,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-_COMPARE: dict[type, Callable[[Any, Any], bool]] = {
+from simpleeval import NameNotDefined, SimpleEval
+
+_OPERATORS: dict[type, Callable[..., Any]] = {
     ast.Eq: operator.eq,
     ast.NotEq: operator.ne,
     ast.Lt: operator.lt,
@@ -27,16 +34,18 @@ _COMPARE: dict[type, Callable[[Any, Any], bool]] = {
     ast.GtE: operator.ge,
     ast.In: lambda a, b: a in b,
     ast.NotIn: lambda a, b: a not in b,
-}
-_BINARY: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,
     ast.Div: operator.truediv,
     ast.FloorDiv: operator.floordiv,
     ast.Mod: operator.mod,
+    ast.Not: operator.not_,
+    ast.USub: operator.neg,
 }
 _CALLS: dict[str, Callable[..., Any]] = {"min": min, "max": max}
+_NODES = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Compare, ast.BinOp,
+          ast.Name, ast.Load, ast.Constant, ast.Tuple, ast.List, ast.IfExp, ast.Call, *_OPERATORS)
 
 
 class RuleError(ValueError):
@@ -44,13 +53,8 @@ class RuleError(ValueError):
 
 
 def _check_grammar(node: ast.AST, source: str) -> None:
-    allowed = (
-        ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub,
-        ast.Compare, ast.BinOp, ast.Name, ast.Load, ast.Constant, ast.Tuple, ast.List,
-        ast.IfExp, ast.Call, *_COMPARE, *_BINARY,
-    )
     for n in ast.walk(node):
-        if not isinstance(n, allowed):
+        if not isinstance(n, _NODES):
             raise RuleError(f"{source!r}: {type(n).__name__} is not allowed in a rule")
         if isinstance(n, ast.Call) and (not isinstance(n.func, ast.Name)
                                         or n.func.id not in _CALLS or n.keywords or not n.args):
@@ -60,41 +64,6 @@ def _check_grammar(node: ast.AST, source: str) -> None:
 def _names(node: ast.AST) -> set[str]:
     called = {id(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)}
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and id(n) not in called}
-
-
-def _evaluate(node: ast.AST, values: Mapping[str, Any]) -> Any:
-    if isinstance(node, ast.Expression):
-        return _evaluate(node.body, values)
-    if isinstance(node, ast.Constant):
-        return node.value
-    if isinstance(node, ast.Name):
-        return values[node.id]
-    if isinstance(node, (ast.Tuple, ast.List)):
-        return tuple(_evaluate(e, values) for e in node.elts)
-    if isinstance(node, ast.BoolOp):
-        if isinstance(node.op, ast.And):
-            return all(_evaluate(v, values) for v in node.values)
-        return any(_evaluate(v, values) for v in node.values)
-    if isinstance(node, ast.UnaryOp):
-        operand = _evaluate(node.operand, values)
-        return (not operand) if isinstance(node.op, ast.Not) else -operand
-    if isinstance(node, ast.IfExp):
-        branch = node.body if _evaluate(node.test, values) else node.orelse
-        return _evaluate(branch, values)
-    if isinstance(node, ast.Call):
-        assert isinstance(node.func, ast.Name)  # checked by _check_grammar
-        return _CALLS[node.func.id](*(_evaluate(a, values) for a in node.args))
-    if isinstance(node, ast.BinOp):
-        return _BINARY[type(node.op)](_evaluate(node.left, values), _evaluate(node.right, values))
-    if isinstance(node, ast.Compare):
-        left = _evaluate(node.left, values)
-        for op, comparator in zip(node.ops, node.comparators, strict=True):
-            right = _evaluate(comparator, values)
-            if not _COMPARE[type(op)](left, right):
-                return False
-            left = right
-        return True
-    raise RuleError(f"cannot evaluate {type(node).__name__}")  # excluded by _check_grammar
 
 
 def _parse(source: str, what: str) -> ast.Expression:
@@ -107,6 +76,23 @@ def _parse(source: str, what: str) -> ast.Expression:
     except RuleError as exc:
         raise RuleError(f"{what}: {exc}") from None
     return tree
+
+
+class _Evaluator(SimpleEval):
+    """simpleeval with the grammar's operators and calls, reading as the grammar always has:
+    `and` / `or` give True or False rather than an operand, a list is a tuple."""
+
+    def __init__(self, names: Mapping[str, Any]) -> None:
+        super().__init__(operators=_OPERATORS, functions=_CALLS, names=names)
+        self.nodes[ast.Tuple] = self.nodes[ast.List] = self._eval_sequence
+
+    def _eval_boolop(self, node: ast.BoolOp) -> bool:
+        if isinstance(node.op, ast.And):
+            return all(self._eval(v) for v in node.values)
+        return any(self._eval(v) for v in node.values)
+
+    def _eval_sequence(self, node: ast.Tuple | ast.List) -> tuple[Any, ...]:
+        return tuple(self._eval(e) for e in node.elts)
 
 
 @dataclass(frozen=True)
@@ -129,7 +115,10 @@ class Expr:
     def evaluate(self, values: Mapping[str, Any]) -> Any:
         """Its value on these names: a KeyError for a name without one, Python's own errors for
         an operation that fails (rules and pins name themselves in theirs)."""
-        return _evaluate(self._tree, values)
+        try:
+            return _Evaluator(values).eval(self.source, previously_parsed=self._tree.body)
+        except NameNotDefined as exc:
+            raise KeyError(exc.name) from None
 
     def value(self, values: Mapping[str, Any]) -> Any:
         """Its value on these names; a missing name or a failing operation is a RuleError."""
