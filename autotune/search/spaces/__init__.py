@@ -17,12 +17,14 @@ from autotune.search.spaces.load import (
     load_rules_file,
     load_space_file,
 )
+from autotune.search.spaces.roles import ParamRole
 from autotune.search.spaces.rules import Pin, Rule, pinned_by
 from autotune.search.spaces.space import Param, SearchSpace
 
 __all__ = [
     "Expr",
     "Param",
+    "ParamRole",
     "Pin",
     "Rule",
     "RuleError",

@@ -51,6 +51,7 @@ from optuna.distributions import (
 from autotune.search.spaces.expressions import Expr, RuleError
 from autotune.search.spaces.file_schema import SpaceError
 from autotune.search.spaces.numerics import builtin_changes, decoded, same_value
+from autotune.search.spaces.roles import ROLES, ParamRole
 from autotune.search.spaces.rules import Pin, Rule, pinned_by
 
 MAX_PLAIN_INT_GRID = 64  # an int range without step or log wider than this has no sensible grid
@@ -83,6 +84,11 @@ class Param:
     # The values that change the model's numerics, as the space marks them; None: unmarked
     # (the built-in judgement applies).
     affects_accuracy: tuple[Any, ...] | None = None
+
+    @property
+    def role(self) -> ParamRole | None:
+        """What the parameter is to the samplers (roles.py): the engine argument's, by name."""
+        return ROLES.get(self.name)
 
     def changes_numerics(self, value: Any) -> bool:
         """Whether this value changes the model's numerics: the space's marking, else the
@@ -184,6 +190,10 @@ class SearchSpace:
             if p.name == name:
                 return p
         raise SpaceError(f"search space {self.name!r} has no parameter {name!r}")
+
+    def with_role(self, role: ParamRole) -> Param | None:
+        """The parameter with this role, None where the space has none."""
+        return next((p for p in self.params if p.role is role), None)
 
     def distributions(self) -> dict[str, BaseDistribution]:
         """Every parameter's distribution, conditional ones included."""
