@@ -19,7 +19,7 @@ from autotune.search.spaces.load import (
 )
 from autotune.search.spaces.roles import ParamRole
 from autotune.search.spaces.rules import Pin, Rule, pinned_by
-from autotune.search.spaces.space import Param, SearchSpace
+from autotune.search.spaces.space import Param, SearchSpace, is_ordinal
 
 __all__ = [
     "Expr",
@@ -32,6 +32,7 @@ __all__ = [
     "SpaceError",
     "SpaceFile",
     "builtin_space_path",
+    "is_ordinal",
     "load_pins_file",
     "load_rules_file",
     "load_space_file",

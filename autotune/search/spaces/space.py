@@ -37,7 +37,7 @@ Expressions use the rule grammar (expressions.py), never `eval`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -344,6 +344,13 @@ class SearchSpace:
             bad = sorted(set(pin.values) - known_params)
             if bad:
                 raise SpaceError(f"{where}: sets unknown parameter(s) {', '.join(bad)}")
+
+
+def is_ordinal(choices: Sequence[Any]) -> bool:
+    """Numbers listed in ascending order, which the samplers treat as ordered (booleans and
+    strings are plain categories)."""
+    numbers = all(isinstance(c, int | float) and not isinstance(c, bool) for c in choices)
+    return numbers and list(choices) == sorted(choices)
 
 
 def _widened(p: Param, value: Any) -> Param:
