@@ -59,21 +59,21 @@ from autotune.domain.records import CapacitySearch, TrialSpec
 from autotune.domain.slo import parse_slo
 from autotune.domain.vllm_defaults import deployment_args
 from autotune.measure.capacity import run_trial
+from autotune.search.baselines import baseline_configs
 from autotune.search.objective import (
     capacity_attrs,
     is_feasible,
     outcome_constraints,
     rejected_constraints,
 )
-from autotune.search.rules import violations
 from autotune.search.samplers import make_sampler
-from autotune.search.space import (
-    baseline_configs,
+from autotune.search.spaces import SearchSpace
+from autotune.search.spaces.deployment import (
     config_for,
     deployment_space,
     space_params,
 )
-from autotune.search_spaces import SearchSpace
+from autotune.search.spaces.violations import violations
 from autotune.traffic.synthetic import chat_trace_rows
 from autotune.traffic.trace import Trace
 from autotune.workers.sim.backend import SimulatorBackend

@@ -264,18 +264,18 @@ def _check_documented(what: str, documented: dict[str, str], actual: set[str]) -
 
 
 def _keys_table(model: Any) -> str:
-    """A file model's keys and their field descriptions (autotune/search_spaces/_file_schema.py)."""
+    """A file model's keys and their field descriptions (autotune/search/spaces/file_schema.py)."""
     rows = []
     for key, info in model.model_fields.items():
         if not info.description:
-            log.warning("%s key %r has no description in autotune/search_spaces/_file_schema.py",
+            log.warning("%s key %r has no description in autotune/search/spaces/file_schema.py",
                         model.__name__, key)
         rows.append((f"`{key}`", _cell(info.description or "")))
     return _table(("key", "meaning"), rows)
 
 
 def space_keys_markdown() -> str:
-    from autotune.search_spaces._file_schema import ParamSpec, PinSpec, RuleSpec, SpaceFile
+    from autotune.search.spaces.file_schema import ParamSpec, PinSpec, RuleSpec, SpaceFile
 
     return "\n".join(["### Top-level keys", "", _keys_table(SpaceFile), "",
                       "### Parameter keys", "", _keys_table(ParamSpec), "",
@@ -329,13 +329,13 @@ def _param_summary(p: Any) -> str:
 
 
 def builtin_spaces_markdown() -> str:
-    from autotune.search_spaces import _schema
+    from autotune.search.spaces import load
 
     out = []
-    for name in _schema.builtin_names():
-        path = _schema.builtin_space_path(name)
-        space = _schema.load_space_file(path, common_rules=())
-        data = _schema._read_yaml(path)
+    for name in load.builtin_names():
+        path = load.builtin_space_path(name)
+        space = load.load_space_file(path, common_rules=())
+        data = load._read_yaml(path)
         extra = [f"profile `{space.profile}`" if space.profile else "",
                  f"extends `{data['extends']}`" if data.get("extends") else ""]
         head = "; ".join(e for e in extra if e)
@@ -348,7 +348,7 @@ def builtin_spaces_markdown() -> str:
 
 
 def rules_markdown() -> str:
-    from autotune.search_spaces import load_pins_file, load_rules_file
+    from autotune.search.spaces import load_pins_file, load_rules_file
 
     # A list, not a table: each rule carries an expression, a message and a source.
     out = ["### Rules", ""]

@@ -37,7 +37,7 @@ def test_the_wheel_builds_quietly_and_carries_its_data(tmp_path: Path) -> None:
     assert versions
     assert {f"autotune/migrations/versions/{v}" for v in versions} <= names
     assert {"autotune/migrations/env.py", "autotune/migrations/script.py.mako",
-            "autotune/data/recipes.yaml", "autotune/search_spaces/spaces/rules.yaml",
+            "autotune/data/recipes.yaml", "autotune/search/spaces/builtin/rules.yaml",
             "autotune/workers/sim/profiles/gpu.yaml", "autotune/release/report/templates/report.html.j2",
             "autotune/release/report/templates/report.css", "autotune/data/demo_chat.jsonl",
             "autotune/data/model_configs/Qwen--Qwen3-32B_config.json",

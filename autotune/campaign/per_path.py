@@ -9,7 +9,8 @@
    one, else cold), with the path's SLO (`--slo-hot` ..., else `--slo`). `D.P` is D's hardware
    and model with the path's traffic profile: `chat` for hot (the guide's latency-sensitive
    tier), `batch` for warm and cold, so without `--space` hot searches the chat space and cold
-   the batch space (autotune.search.space.space_name_for), and the guide-heuristic baseline follows.
+   the batch space (autotune.search.spaces.deployment.space_name_for), and the guide-heuristic
+   baseline follows.
    After its confirmation, the single config is measured on P's sub-trace with the same seeds
    (`CampaignRequest.compare`), so the two are compared on the same traffic and noise draws.
 
@@ -48,8 +49,8 @@ from autotune.domain.deployment import DeploymentSpec
 from autotune.domain.slo import SLO
 from autotune.errors import ConfigError, NotFoundError, SettingError, SettingText
 from autotune.release.publish import publish_campaign
-from autotune.search import accuracy
-from autotune.search.space import space_name_for
+from autotune.search.spaces import accuracy
+from autotune.search.spaces.deployment import space_name_for
 from autotune.storage import repo
 from autotune.storage.models import Campaign, Deployment, Publication
 from autotune.traffic.split import PATH_NAMES, split_into

@@ -26,7 +26,7 @@ from autotune.errors import AutotuneError, ConfigError, SettingError, SettingTex
 from autotune.measure.backend_options import backend_options
 from autotune.measure.backends import available_backends
 from autotune.measure.executors import load_executor
-from autotune.search.space import check_searchable, deployment_space, space_name_for
+from autotune.search.spaces.deployment import check_searchable, deployment_space, space_name_for
 from autotune.settings import Settings, get_settings
 from autotune.storage import repo
 from autotune.storage.db import open_database, session_scope

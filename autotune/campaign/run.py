@@ -36,7 +36,12 @@ from autotune.measure.backend_options import backend_options
 from autotune.measure.backends import available_backends
 from autotune.measure.executors import load_executor
 from autotune.search.samplers import make_sampler
-from autotune.search.space import check_searchable, deployment_space, space_name_for, space_summary
+from autotune.search.spaces.deployment import (
+    check_searchable,
+    deployment_space,
+    space_name_for,
+    space_summary,
+)
 from autotune.settings import Settings, get_settings
 from autotune.storage import repo
 from autotune.storage.db import open_database, session_scope

@@ -14,8 +14,8 @@ from autotune.domain.step_model import summary
 from autotune.errors import EngineStartError
 from autotune.measure.backends import load_backend
 from autotune.search.baselines import vllm_defaults
-from autotune.search.space import config_for
-from autotune.search_spaces import SearchSpace
+from autotune.search.spaces import SearchSpace
+from autotune.search.spaces.deployment import config_for
 
 Runs = list[tuple[str | None, str]]  # (parallel layout, the simulator's step-model label)
 

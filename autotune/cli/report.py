@@ -13,7 +13,7 @@ from rich.console import Console
 from autotune.cli.render import comparison_table, confirmation_table, trial_table
 from autotune.release import gains
 from autotune.release.result import Baseline, CampaignResult, Spent
-from autotune.search import accuracy
+from autotune.search.spaces import accuracy
 from autotune.storage import repo
 
 

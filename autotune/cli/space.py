@@ -15,6 +15,6 @@ def schema() -> None:
 
     The same as docs/reference/search-space.schema.json. Save it, and a space file whose first
     line is `# yaml-language-server: $schema=PATH` is checked by an editor as you type."""
-    from autotune.search_spaces import space_schema_text
+    from autotune.search.spaces import space_schema_text
 
     sys.stdout.write(space_schema_text())

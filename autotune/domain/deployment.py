@@ -24,8 +24,8 @@ class DeploymentSpec(BaseModel):
     max_model_len: int = Field(gt=0)
     traffic_profile: str = "chat"
     # False: values that change the model's numerics (an fp8 KV cache, speculative decoding;
-    # autotune/search/accuracy.py) are never searched, and a baseline or warm start needing one is
-    # refused. Values the model itself requires (pins) are always run.
+    # autotune/search/spaces/accuracy.py) are never searched, and a baseline or warm start
+    # needing one is refused. Values the model itself requires (pins) are always run.
     allow_accuracy_affecting: bool = True
 
     @model_validator(mode="after")

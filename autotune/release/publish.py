@@ -13,8 +13,8 @@ from sqlalchemy.orm import Session
 from autotune.domain import catalogue
 from autotune.domain.engine_config import EngineConfig
 from autotune.errors import ConfigError, NotFoundError, SettingText
-from autotune.search.accuracy import campaign_changes
-from autotune.search.rules import engine_refusals
+from autotune.search.spaces.accuracy import campaign_changes
+from autotune.search.spaces.violations import engine_refusals
 from autotune.storage import repo
 from autotune.storage.models import Campaign, Publication, Trial
 

@@ -19,8 +19,8 @@ from sqlalchemy.orm import Session
 from autotune.domain.engine_config import EngineConfig
 from autotune.domain.trial_record import TrialRecord
 from autotune.release import gains
-from autotune.search import accuracy
 from autotune.search.baselines import BASELINES
+from autotune.search.spaces import accuracy
 from autotune.storage import repo
 from autotune.storage.models import Campaign, Confirmation, Publication, Trial
 from autotune.vocabulary import RecordState

@@ -1,5 +1,6 @@
-"""Reference configs: what vLLM picks by itself, what the tuning guide recommends, and what
-vLLM's recipe for the model and GPU runs (where one exists).
+"""Reference configs: what vLLM picks by itself (vllm_defaults, from search/spaces/pinned.py:
+the spaces' rules judge layouts on it), what the tuning guide recommends, and what vLLM's recipe
+for the model and GPU runs (where one exists).
 
 They are enqueued before the sampler proposes anything, so every campaign reports its gain
 over them.
@@ -14,28 +15,11 @@ from typing import Any
 
 import yaml
 
-from autotune import search_spaces
 from autotune.domain.deployment import DeploymentSpec
 from autotune.domain.engine_config import EngineConfig
-from autotune.domain.vllm_defaults import deployment_args, vllm_default_values
-from autotune.search_spaces import Pin, load_pins_file
+from autotune.domain.vllm_defaults import deployment_args, effective_values
+from autotune.search.spaces.pinned import pinned_values, vllm_defaults
 from autotune.vocabulary import Role
-
-
-@cache
-def _pins() -> tuple[Pin, ...]:
-    return load_pins_file()
-
-
-def pinned_values(dep: DeploymentSpec) -> dict[str, Any]:
-    """The engine arguments the deployment's model and GPU require (the pins of rules.yaml
-    whose condition holds): every baseline and trial runs with them."""
-    return search_spaces.pinned_values(_pins(), dep.rule_context())
-
-
-def vllm_defaults(dep: DeploymentSpec) -> EngineConfig:
-    """What vLLM runs given only the deployment (and what its model requires)."""
-    return EngineConfig(**{**vllm_default_values(dep), **pinned_values(dep)})
 
 
 def guide_heuristic(dep: DeploymentSpec) -> EngineConfig:
@@ -81,3 +65,18 @@ def vllm_recipe(dep: DeploymentSpec) -> EngineConfig | None:
 BASELINES: dict[str, Callable[[DeploymentSpec], EngineConfig | None]] = {
     Role.VLLM_DEFAULT: vllm_defaults, Role.GUIDE_HEURISTIC: guide_heuristic,
     Role.VLLM_RECIPE: vllm_recipe}
+
+
+def baseline_configs(dep: DeploymentSpec) -> dict[str, EngineConfig]:
+    """The deployment's baselines: vLLM's recipe only where one exists, and only where it is
+    not what an earlier baseline runs (Llama-3.1-8B's recipe is vLLM's defaults): two trials
+    of one config in flight at once would both be measured."""
+    out: dict[str, EngineConfig] = {}
+    seen: list[dict[str, Any]] = []
+    for role, make in BASELINES.items():
+        config = make(dep)
+        if config is None or (effective := effective_values(config, dep)) in seen:
+            continue
+        seen.append(effective)
+        out[role] = config
+    return out

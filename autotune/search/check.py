@@ -18,9 +18,9 @@ from autotune.domain.engine_config import REMOVED_ARGS, EngineConfig, check_know
 from autotune.domain.vllm_defaults import resolved
 from autotune.errors import ConfigError, EngineStartError, SettingError
 from autotune.measure.backends import load_backend
-from autotune.search import accuracy
-from autotune.search.baselines import pinned_values
-from autotune.search.rules import Violation, common_rule_violations
+from autotune.search.spaces import accuracy
+from autotune.search.spaces.pinned import pinned_values
+from autotune.search.spaces.violations import Violation, common_rule_violations
 from autotune.vocabulary import FailureClass
 
 # Keys of a `vllm serve --config` file that are not engine arguments the rules look at.
@@ -36,7 +36,7 @@ class ConfigCheck:
     effective: dict[str, Any]  # what vLLM runs for the arguments above
     overridden: dict[str, Any]  # asked -> what vLLM uses instead, where they differ
     unchecked: list[str]  # arguments the rules do not know (passed to vLLM as they are)
-    # Asked values that change the model's numerics (autotune.search.accuracy): flagged, not refused.
+    # Asked values that change the model's numerics (autotune.search.spaces.accuracy): flagged, not refused.
     accuracy_affecting: list[accuracy.NumericsChange]
 
     @property

@@ -184,7 +184,7 @@ class Publication(Base):
     # publications made before it was recorded.
     served_model: Mapped[str | None] = mapped_column(String(1000), nullable=True)
     # Its values that change the model's numerics, judged when published
-    # (autotune.search.accuracy.NumericsChange.as_json); None in publications made before.
+    # (autotune.search.spaces.accuracy.NumericsChange.as_json); None in publications made before.
     accuracy_affecting: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
 
     deployment: Mapped[Deployment] = relationship()

@@ -14,7 +14,7 @@ from autotune.domain import optuna_keys as keys
 from autotune.domain.deployment import DEMO
 from autotune.search.objective import OBJECTIVE_NAME
 from autotune.search.samplers import make_sampler, step_decimals
-from autotune.search.space import deployment_space
+from autotune.search.spaces.deployment import deployment_space
 from autotune.storage.db import open_database, session_scope, upgrade
 from autotune.storage.models import Campaign as CampaignRow
 from tests.release.report.conftest import run_campaign

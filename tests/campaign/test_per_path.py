@@ -192,7 +192,7 @@ def test_a_paths_space_is_widened_to_hold_the_single_config() -> None:
     """The chat space's winner (a long-prefill cap of 256, which the batch space lacks) starts
     the cold path's search in the batch space."""
     from autotune.search.baselines import vllm_defaults
-    from autotune.search.space import deployment_space, hold_config, space_params
+    from autotune.search.spaces.deployment import deployment_space, hold_config, space_params
 
     cold = DEMO.model_copy(update={"traffic_profile": "batch"})
     single = vllm_defaults(cold).merged(long_prefill_token_threshold=256, max_num_seqs=16,

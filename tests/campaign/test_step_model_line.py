@@ -7,8 +7,8 @@ from typing import Any
 
 from autotune.campaign.step_model import step_model_line, step_model_runs
 from autotune.domain.deployment import DEMO, DeploymentSpec
-from autotune.search.space import deployment_space
-from autotune.search_spaces import SearchSpace
+from autotune.search.spaces import SearchSpace
+from autotune.search.spaces.deployment import deployment_space
 
 
 def line(space: SearchSpace, dep: DeploymentSpec, options: dict[str, Any]) -> str:

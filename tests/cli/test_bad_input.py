@@ -68,7 +68,7 @@ def _assert_one_line_error(proc, fragment: str) -> None:  # type: ignore[no-unty
         tmp, "a.yaml", "parameters:\n  kv_cache_dtype: {type: categorical, choices: [auto, fp8], "
                        "affects_accuracy: [fp16]}\n"))],
      "a.yaml: parameter 'kv_cache_dtype': 'affects_accuracy' names 'fp16', which is not among"),
-    # The file's schema (autotune/search_spaces/_file_schema.py): the file, the parameter, what is wrong.
+    # The file's schema (autotune/search/spaces/file_schema.py): the file, the parameter, what is wrong.
     (lambda tmp: ["--space", str(_file(
         tmp, "k.yaml", "parameters:\n  block_size: {type: categorical, choices: [16], colour: red}\n"))],
      "k.yaml: parameter 'block_size': unknown key(s) colour"),

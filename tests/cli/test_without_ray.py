@@ -69,7 +69,7 @@ CORE = """
 import importlib, pkgutil
 import autotune
 names = [m.name for m in pkgutil.walk_packages(autotune.__path__, "autotune.")]
-assert {"autotune.workers.sim.backend", "autotune.api.app", "autotune.search_spaces"} <= set(names)
+assert {"autotune.workers.sim.backend", "autotune.api.app", "autotune.search.spaces"} <= set(names)
 for name in names:
     if name not in ("autotune.workers.ray_executor", "autotune.workers.ray_progress",
                     "autotune.migrations.env"):

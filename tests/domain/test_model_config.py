@@ -16,7 +16,7 @@ from autotune.domain.model_config import read_model_config
 from autotune.domain.model_sources import VENDORED
 from autotune.errors import ConfigError
 from autotune.search.baselines import vllm_defaults
-from autotune.search.rules import common_rule_violations
+from autotune.search.spaces.violations import common_rule_violations
 from autotune.workers.sim.kernels_build import SYSTEMS, system_gpu
 from autotune.workers.sim.kv_layout import kv_layout
 
@@ -537,7 +537,7 @@ def test_a_checkpoints_declared_kv_cache_is_what_vllm_serves_for_auto(
     cache is served as fp8_e4m3, half the bytes of the bf16 cache the model would otherwise keep."""
     from autotune.domain.engine_config import EngineConfig
     from autotune.domain.vllm_defaults import effective_values
-    from autotune.search.space import deployment_space, space_params
+    from autotune.search.spaces.deployment import deployment_space, space_params
     from autotune.workers.sim.engine import start_perf
     from autotune.workers.sim.profile import BUNDLED, load_profile
     from autotune.workers.sim.shape import engine_shape

@@ -17,8 +17,8 @@ import pytest
 from autotune.domain.deployment import DEMO, DeploymentSpec
 from autotune.domain.engine_config import EngineConfig
 from autotune.search.baselines import guide_heuristic, vllm_defaults
-from autotune.search.space import deployment_space, engine_args, load_search_space
-from autotune.search_spaces._schema import builtin_names
+from autotune.search.spaces.deployment import deployment_space, engine_args, load_search_space
+from autotune.search.spaces.load import builtin_names
 from tests.conftest import engine_python
 
 pytestmark = pytest.mark.integration

@@ -22,9 +22,9 @@ import pytest
 from autotune.domain.deployment import DEMO, DeploymentSpec
 from autotune.domain.engine_config import EngineConfig
 from autotune.measure.tiny_model import make_tiny_model
+from autotune.search.baselines import baseline_configs
 from autotune.search.check import check_config
-from autotune.search.rules import engine_refusals
-from autotune.search.space import baseline_configs
+from autotune.search.spaces.violations import engine_refusals
 from tests.conftest import engine_python, run_cli
 
 pytestmark = pytest.mark.integration

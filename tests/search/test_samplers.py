@@ -25,7 +25,7 @@ from autotune.search.samplers import (
     OrdinalParzenEstimator,
     make_sampler,
 )
-from autotune.search.space import deployment_space
+from autotune.search.spaces.deployment import deployment_space
 from autotune.storage.db import open_database, session_scope
 from autotune.storage.models import Campaign
 from autotune.traffic.formats import load_trace
@@ -123,7 +123,7 @@ def test_unknown_sampler_is_one_line_exit_2(migrated_sqlite: str) -> None:
 def test_sampler_space_names_are_checked(tmp_path: Path) -> None:
     space = tmp_path / "s.yaml"
     space.write_text("parameters:\n  block_size: {type: categorical, choices: [16, 32]}\n")
-    from autotune.search.space import load_search_space
+    from autotune.search.spaces.deployment import load_search_space
 
     with pytest.raises(ConfigError, match="grid searches max_num_seqs x max_num_batched_tokens"):
         make_sampler("grid", load_search_space(str(space)).bind(DEMO.rule_context()), seed=0)

@@ -34,10 +34,10 @@ from autotune.domain.vllm_defaults import deployment_args
 from autotune.errors import ConfigError, InfrastructureError, SettingError
 from autotune.measure import progress
 from autotune.measure.executors import Executor
-from autotune.search.baselines import BASELINES
-from autotune.search.rules import violations
+from autotune.search.baselines import BASELINES, baseline_configs
 from autotune.search.samplers import make_sampler
-from autotune.search.space import baseline_configs, config_for, space_params
+from autotune.search.spaces.deployment import config_for, space_params
+from autotune.search.spaces.violations import violations
 from autotune.storage import repo, studies
 from autotune.storage.db import session_scope
 from autotune.storage.lease import Lease

@@ -22,10 +22,11 @@ from autotune.domain import optuna_keys as keys
 from autotune.domain.engine_config import EngineConfig
 from autotune.domain.trial_record import TrialRecord
 from autotune.errors import ConfigError, SearchSpaceError
-from autotune.search import accuracy
+from autotune.search.baselines import baseline_configs
 from autotune.search.objective import OBJECTIVE_NAME
 from autotune.search.samplers import SamplerPlan
-from autotune.search.space import SearchSpace, baseline_configs, deployment_space, hold_config, space_params
+from autotune.search.spaces import SearchSpace, accuracy
+from autotune.search.spaces.deployment import deployment_space, hold_config, space_params
 from autotune.storage.studies import create_or_load_study
 from autotune.vocabulary import Role
 

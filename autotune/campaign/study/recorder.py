@@ -29,8 +29,8 @@ from autotune.search.objective import (
     outcome_constraints,
     rejected_constraints,
 )
-from autotune.search.rules import Violation
-from autotune.search.space import SearchSpace
+from autotune.search.spaces import SearchSpace
+from autotune.search.spaces.violations import Violation
 from autotune.storage import repo
 from autotune.storage.db import session_scope
 from autotune.storage.lease import Lease

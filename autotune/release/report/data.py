@@ -22,8 +22,8 @@ from autotune.domain.vllm_defaults import effective_values
 from autotune.errors import NotFoundError
 from autotune.release import gains
 from autotune.release.result import Confirmed
-from autotune.search import accuracy
 from autotune.search.baselines import BASELINES
+from autotune.search.spaces import accuracy
 from autotune.storage import repo
 from autotune.storage.models import Campaign, Publication, Trial
 from autotune.vocabulary import Role
@@ -184,7 +184,7 @@ class CampaignReport:
     comparison: tuple[ConfigColumn, ...]  # winner first, when there is one
     importances: Importances
     screen_backend: str | None = None  # multi-fidelity: the simulator that screened
-    # The winner's values that change the model's numerics (autotune.search.accuracy), as text.
+    # The winner's values that change the model's numerics (autotune.search.spaces.accuracy), as text.
     winner_numerics: tuple[str, ...] = ()
     # What priced the simulated trials' GPU steps (autotune.domain.step_model.summary); None
     # where no trial was simulated.

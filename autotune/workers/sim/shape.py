@@ -9,7 +9,7 @@ from autotune.domain.deployment import DeploymentSpec
 from autotune.domain.engine_config import EngineConfig
 from autotune.domain.vllm_defaults import effective_values
 from autotune.errors import EngineStartError
-from autotune.search.rules import engine_refusals
+from autotune.search.spaces.violations import engine_refusals
 from autotune.vocabulary import FailureClass
 from autotune.workers.sim.perf import EngineShape, StartFailure
 

@@ -10,7 +10,7 @@ from autotune.domain.deployment import DeploymentSpec
 from autotune.domain.engine_config import EngineConfig
 from autotune.domain.vllm_defaults import effective_values
 from autotune.errors import EngineStartError
-from autotune.search.space import SIM_UNMODELLED
+from autotune.search.spaces.deployment import SIM_UNMODELLED
 from autotune.workers.sim.backend import SimulatorBackend
 from autotune.workers.sim.engine import replay_closed_loop
 from autotune.workers.sim.perf import PerfModel
@@ -125,7 +125,8 @@ UNMODELLED = [
 
 
 def test_the_spaces_refuse_to_search_on_the_simulator_what_it_refuses_to_run() -> None:
-    # autotune.search.space keeps its own list (the core does not import the workers): the same one.
+    # autotune.search.spaces.deployment keeps its own list (the core does not import the
+    # workers): the same one.
     assert sorted(SIM_UNMODELLED) == sorted(name for args, _ in UNMODELLED for name in args)
 
 

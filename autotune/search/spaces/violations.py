@@ -14,8 +14,10 @@ from autotune.domain.engine_config import EngineConfig
 from autotune.domain.parallelism import Strategy
 from autotune.domain.vllm_defaults import deployment_args, effective_values
 from autotune.errors import ConfigError, SettingError
-from autotune.search.baselines import vllm_defaults
-from autotune.search_spaces import Rule, SearchSpace, load_rules_file
+from autotune.search.spaces.load import load_rules_file
+from autotune.search.spaces.pinned import vllm_defaults
+from autotune.search.spaces.rules import Rule
+from autotune.search.spaces.space import SearchSpace
 
 
 @dataclass(frozen=True)

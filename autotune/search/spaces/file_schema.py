@@ -2,9 +2,9 @@
 published from them (docs/reference/search-space.schema.json, `autotune space schema`), and
 validation failures as one line naming the file and what is wrong.
 
-The models check shape and types; _schema.py turns a validated file into the `Param`s and
-`Rule`s the search uses, parsing the expressions (autotune/search_spaces/_rules.py) on the way. The field
-descriptions are the reference page's key tables and an editor's hover text.
+The models check shape and types; load.py turns a validated file into the `Param`s and `Rule`s
+the search uses, parsing the expressions (expressions.py) on the way. The field descriptions are
+the reference page's key tables and an editor's hover text.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from autotune.search_spaces._accuracy import same_value
+from autotune.search.spaces.numerics import same_value
 
 TYPES = ("int", "float", "categorical", "bool")
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"

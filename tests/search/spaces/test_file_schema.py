@@ -10,11 +10,11 @@ import pytest
 import yaml
 
 from autotune.cli.main import main
-from autotune.search_spaces import SpaceError, SpaceFile, load_space_file, space_schema_text
-from autotune.search_spaces._file_schema import RulesFile
-from autotune.search_spaces._schema import RULES_FILE, SPACES_DIR, builtin_names, builtin_space_path
+from autotune.search.spaces import SpaceError, SpaceFile, load_space_file, space_schema_text
+from autotune.search.spaces.file_schema import RulesFile
+from autotune.search.spaces.load import BUILTIN_DIR, RULES_FILE, builtin_names, builtin_space_path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 COMMITTED = ROOT / "docs" / "reference" / "search-space.schema.json"
 
 
@@ -46,7 +46,7 @@ def test_the_published_schema_agrees_with_the_loader() -> None:
     refuses."""
     jsonschema = pytest.importorskip("jsonschema")
     validator = jsonschema.Draft202012Validator(json.loads(space_schema_text()))
-    for path in SPACES_DIR.glob("*.yaml"):
+    for path in BUILTIN_DIR.glob("*.yaml"):
         if path != RULES_FILE:
             assert not list(validator.iter_errors(yaml.safe_load(path.read_text()))), path
     for case, bad in BAD.items():

@@ -10,8 +10,8 @@ from autotune.cli.flags import flag_message
 from autotune.domain.deployment import DEMO, DeploymentSpec
 from autotune.domain.engine_config import EngineConfig
 from autotune.errors import SearchSpaceError
-from autotune.search.space import (
-    baseline_configs,
+from autotune.search.baselines import baseline_configs
+from autotune.search.spaces.deployment import (
     check_searchable,
     deployment_space,
     load_search_space,

@@ -1,5 +1,5 @@
-"""Search spaces as the core uses them: loaded, name-checked, bound to a deployment's hardware
-and model, and rules applied to configs."""
+"""Search spaces bound to a deployment: loaded and checked against vLLM's argument names, bound
+to the deployment's hardware and model, and a config's values read into a space and back."""
 
 from __future__ import annotations
 
@@ -13,16 +13,11 @@ from autotune.domain.engine_config import REMOVED_ARGS, EngineConfig
 from autotune.domain.parallelism import Strategy
 from autotune.domain.vllm_defaults import asked_values, effective_values
 from autotune.errors import SearchSpaceError, SettingText
-from autotune.search.baselines import BASELINES
-from autotune.search.rules import check_deployment, rules_lacking, strategies
-from autotune.search_spaces import (
-    Param,
-    SearchSpace,
-    SpaceError,
-    builtin_space_path,
-    load_space_file,
-    pinned_values,
-)
+from autotune.search.spaces.file_schema import SpaceError
+from autotune.search.spaces.load import builtin_space_path, load_space_file
+from autotune.search.spaces.rules import pinned_by
+from autotune.search.spaces.space import Param, SearchSpace
+from autotune.search.spaces.violations import check_deployment, rules_lacking, strategies
 
 # What a space may search: vLLM's engine arguments and the parallel strategy, which stands for
 # three of them (autotune/domain/parallelism.py).
@@ -90,7 +85,7 @@ def space_summary(space: SearchSpace, dep: DeploymentSpec) -> list[str]:
     with their rule, the parallel layouts, and the model facts no rule knows."""
     lines = []
     if space.pinned:
-        names = ", ".join(p.name for p in space.pins if pinned_values((p,), space.context))
+        names = ", ".join(p.name for p in space.pins if pinned_by((p,), space.context))
         values = ", ".join(f"{k}={v}" for k, v in space.pinned.items())
         lines.append(f"Pinned for {dep.model_info.name} on {dep.gpu_info.name}: {values} "
                      f"(required by the model's kernels: {names}; not searched)")
@@ -124,21 +119,6 @@ def config_for(space: SearchSpace, base: EngineConfig, params: dict[str, Any]) -
     """The config a trial runs: its base (a baseline's, or the deployment's arguments), the
     values the deployment's pins fix, and the sampled parameters."""
     return base.merged(**space.pinned, **engine_args(params))
-
-
-def baseline_configs(dep: DeploymentSpec) -> dict[str, EngineConfig]:
-    """The deployment's baselines: vLLM's recipe only where one exists, and only where it is
-    not what an earlier baseline runs (Llama-3.1-8B's recipe is vLLM's defaults): two trials
-    of one config in flight at once would both be measured."""
-    out: dict[str, EngineConfig] = {}
-    seen: list[dict[str, Any]] = []
-    for role, make in BASELINES.items():
-        config = make(dep)
-        if config is None or (effective := effective_values(config, dep)) in seen:
-            continue
-        seen.append(effective)
-        out[role] = config
-    return out
 
 
 def space_params(space: SearchSpace, config: EngineConfig, dep: DeploymentSpec) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """Accuracy-affecting values: which of a config's engine arguments change the model's numerics
-(an fp8 KV cache, speculative decoding; autotune/search_spaces/_accuracy.py and the spaces' own
+(an fp8 KV cache, speculative decoding; the built-in judgement of numerics.py and the spaces' own
 `affects_accuracy` marks), for the summary, the report and `--json`, and the refusal of a
 reference config that a deployment forbidding them would have to run.
 
@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.domain.deployment import DeploymentSpec
 from autotune.errors import AutotuneError, SettingError
-from autotune.search.baselines import pinned_values
-from autotune.search.space import load_search_space
-from autotune.search_spaces import SearchSpace
-from autotune.search_spaces._accuracy import BUILTIN, builtin_changes
+from autotune.search.spaces.deployment import load_search_space
+from autotune.search.spaces.numerics import BUILTIN, builtin_changes
+from autotune.search.spaces.pinned import pinned_values
+from autotune.search.spaces.space import SearchSpace
 from autotune.storage.repo import spec_of
 
 if TYPE_CHECKING:

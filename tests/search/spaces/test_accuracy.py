@@ -23,8 +23,8 @@ from autotune.release.publish import config_document, publish_trial
 from autotune.release.report import data as report_data
 from autotune.release.report import html
 from autotune.release.result import campaign_result
-from autotune.search import accuracy
-from autotune.search.space import deployment_space, load_search_space, space_summary
+from autotune.search.spaces import accuracy
+from autotune.search.spaces.deployment import deployment_space, load_search_space, space_summary
 from autotune.storage import repo
 from autotune.storage.db import alembic_config, open_database, session_scope, upgrade
 from autotune.storage.models import Campaign

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.search_spaces import SpaceError, builtin_space_path, load_space_file
+from autotune.search.spaces import SpaceError, builtin_space_path, load_space_file
 
 SPEC_1 = '{"method": "mtp", "num_speculative_tokens": 1}'
 

@@ -8,8 +8,8 @@ from autotune.domain.deployment import DEMO, DeploymentSpec
 from autotune.domain.engine_config import EngineConfig
 from autotune.errors import SearchSpaceError
 from autotune.search.baselines import guide_heuristic, vllm_defaults
-from autotune.search.rules import violations
-from autotune.search.space import load_search_space
+from autotune.search.spaces.deployment import load_search_space
+from autotune.search.spaces.violations import violations
 
 CPU = DeploymentSpec(name="cpu", model="tiny-llama", gpu="cpu", gpu_count=1,
                      tensor_parallel_size=1, max_model_len=2048)
@@ -70,7 +70,7 @@ def test_each_rule(overrides: dict, dep: DeploymentSpec, rule: str) -> None:
 
 def test_a_rule_on_the_deployments_facts_alone_refuses_the_deployment() -> None:
     from autotune.errors import ConfigError
-    from autotune.search.space import deployment_space
+    from autotune.search.spaces.deployment import deployment_space
 
     a100 = DEMO.model_copy(update={"gpu": "A100-80GB"})
     with pytest.raises(ConfigError, match=r"cannot be served: dsv4_needs_hopper_or_blackwell.*"
@@ -84,7 +84,7 @@ def test_a_rule_on_the_deployments_facts_alone_refuses_the_deployment() -> None:
 
 def test_a_layout_the_model_refuses_names_the_ones_it_allows() -> None:
     from autotune.errors import ConfigError
-    from autotune.search.space import deployment_space
+    from autotune.search.spaces.deployment import deployment_space
 
     three = DEMO.model_copy(update={"gpu_count": 3, "tensor_parallel_size": 3})
     with pytest.raises(ConfigError, match=r"layout TP3 is refused \(tp_divides_attention_heads: "
@@ -127,7 +127,7 @@ def test_rule_with_unknown_name_is_refused(tmp_path: Path) -> None:
 
 
 def test_capture_size_exists_only_with_cuda_graphs_on_a_gpu() -> None:
-    from autotune.search.space import deployment_space
+    from autotune.search.spaces.deployment import deployment_space
 
     space = deployment_space("chat", DEMO)
     graphs = space.param("max_cudagraph_capture_size")
@@ -141,7 +141,7 @@ def test_capture_size_exists_only_with_cuda_graphs_on_a_gpu() -> None:
 def test_baselines_sit_inside_the_new_dimensions() -> None:
     """vLLM's resolved defaults (async on, capture min(2 x seqs, 512)) are choices of the
     built-in spaces, so the baselines can be enqueued."""
-    from autotune.search.space import deployment_space, space_params
+    from autotune.search.spaces.deployment import deployment_space, space_params
 
     for name in ("chat", "batch"):
         space = deployment_space(name, DEMO)
@@ -159,7 +159,7 @@ def test_a_hybrid_models_baselines_are_enqueued_at_the_block_size_they_ask_for(
 
     from autotune.domain.vllm_defaults import effective_values
     from autotune.search.baselines import BASELINES
-    from autotune.search.space import deployment_space, space_params
+    from autotune.search.spaces.deployment import deployment_space, space_params
     from tests.domain.test_model_config import _qwen35_text_config
 
     text = _qwen35_text_config(num_hidden_layers=64)["text_config"]
@@ -181,8 +181,8 @@ def test_a_hybrid_models_baselines_are_enqueued_at_the_block_size_they_ask_for(
 def test_a_model_fact_no_rule_knows_is_named_in_a_warning() -> None:
     from dataclasses import replace
 
-    from autotune.search.rules import rules_lacking
-    from autotune.search.space import deployment_space, space_summary
+    from autotune.search.spaces.deployment import deployment_space, space_summary
+    from autotune.search.spaces.violations import rules_lacking
 
     space = deployment_space("chat", DEMO)
     assert rules_lacking(space, DEMO) == []  # every catalogue model's kernels have rules

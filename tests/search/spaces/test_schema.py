@@ -5,7 +5,13 @@ from pathlib import Path
 import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from autotune.search_spaces import SpaceError, builtin_space_path, load_rules_file, load_space_file
+from autotune.search.spaces import (
+    ParamRole,
+    SpaceError,
+    builtin_space_path,
+    load_rules_file,
+    load_space_file,
+)
 
 
 def test_default_space_has_the_first_parameters_and_common_rules() -> None:
@@ -18,6 +24,23 @@ def test_default_space_has_the_first_parameters_and_common_rules() -> None:
     assert isinstance(d["gpu_memory_utilization"], FloatDistribution)
     assert d["enable_chunked_prefill"] == CategoricalDistribution((True, False))
     assert {r.name for r in load_rules_file()} <= {r.name for r in space.rules}
+
+
+def test_parameters_have_their_engine_arguments_roles(tmp_path: Path) -> None:
+    """The line sweep finds the layout, step budget, count and prefill cap by role, in a
+    built-in space or a user's file alike; other arguments have none."""
+    chat = load_space_file(builtin_space_path("chat"), common_rules=())
+    assert {role: chat.with_role(role).name for role in ParamRole} == {  # type: ignore[union-attr]
+        ParamRole.LAYOUT: "parallelism", ParamRole.STEP_BUDGET: "max_num_batched_tokens",
+        ParamRole.CONCURRENCY: "max_num_seqs",
+        ParamRole.PREFILL_CAP: "long_prefill_token_threshold"}
+    path = tmp_path / "s.yaml"
+    path.write_text("parameters:\n  max_num_seqs: {type: int, low: 8, high: 64}\n"
+                    "  block_size: {type: categorical, choices: [16, 32]}\n")
+    own = load_space_file(path, common_rules=())
+    assert own.param("max_num_seqs").role is ParamRole.CONCURRENCY
+    assert own.param("block_size").role is None
+    assert own.with_role(ParamRole.LAYOUT) is None
 
 
 def test_grid_of_a_stepped_float() -> None:

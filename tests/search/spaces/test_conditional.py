@@ -7,7 +7,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.search_spaces import SpaceError, load_space_file
+from autotune.search.spaces import SpaceError, load_space_file
 
 SPACE = """
 parameters:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.search_spaces import Rule, RuleError
+from autotune.search.spaces import Rule, RuleError
 
 
 def rule(expr: str) -> Rule:
@@ -41,7 +41,7 @@ def test_refuses_anything_beyond_the_grammar(expr: str) -> None:
 
 
 def test_bounds_grammar_conditional_and_min_max() -> None:
-    from autotune.search_spaces._rules import Expr
+    from autotune.search.spaces.expressions import Expr
 
     e = Expr("min(1024, max_model_len // 8) if gpu_memory_gib >= 70 else 256")
     assert e.value({"max_model_len": 4096, "gpu_memory_gib": 140}) == 512

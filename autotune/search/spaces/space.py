@@ -1,5 +1,6 @@
 """Search spaces as the search uses them (`Param`, `SearchSpace`: Optuna distributions, grids,
-conditions, bounds bound to a deployment), read from YAML files that _file_schema.py validates.
+conditions, bounds bound to a deployment), read from YAML files (load.py) that file_schema.py
+validates.
 
 A space file:
 
@@ -21,8 +22,8 @@ A space file:
 
 A parameter may say which of its values change the model's numerics (`affects_accuracy`: a
 list of them, `true` for every value but null / false, `false` for none); where it says
-nothing, the built-in judgement of autotune/search_spaces/_accuracy.py applies (fp8 KV caches,
-speculative decoding). A deployment may forbid those values (`SearchSpace.keeping_numerics`).
+nothing, the built-in judgement of numerics.py applies (fp8 KV caches, speculative decoding).
+A deployment may forbid those values (`SearchSpace.keeping_numerics`).
 
 - `when` (an expression over earlier parameters and deployment facts): the parameter exists
   only when it holds; otherwise it is never suggested and the engine uses its default. Optuna
@@ -31,17 +32,15 @@ speculative decoding). A deployment may forbid those values (`SearchSpace.keepin
   `max_model_len`): bounds derived from the hardware and the model, resolved by
   `SearchSpace.bind(context)` before a study starts. They clamp `low`/`high` of numbers and
   filter the `choices` of categoricals.
-Expressions use the rule grammar (autotune/search_spaces/_rules.py), never `eval`.
+Expressions use the rule grammar (expressions.py), never `eval`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Protocol
 
-import yaml
 from optuna.distributions import (
     BaseDistribution,
     CategoricalDistribution,
@@ -49,20 +48,12 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from autotune.search_spaces._accuracy import builtin_changes, decoded, same_value
-from autotune.search_spaces._file_schema import (
-    ParamSpec,
-    PinSpec,
-    RulesFile,
-    RuleSpec,
-    SpaceError,
-    SpaceFile,
-    validated,
-)
-from autotune.search_spaces._rules import Expr, Pin, Rule, RuleError, pinned_values
+from autotune.search.spaces.expressions import Expr, RuleError
+from autotune.search.spaces.file_schema import SpaceError
+from autotune.search.spaces.numerics import builtin_changes, decoded, same_value
+from autotune.search.spaces.roles import ROLES, ParamRole
+from autotune.search.spaces.rules import Pin, Rule, pinned_by
 
-SPACES_DIR = Path(__file__).parent / "spaces"
-RULES_FILE = SPACES_DIR / "rules.yaml"
 MAX_PLAIN_INT_GRID = 64  # an int range without step or log wider than this has no sensible grid
 
 
@@ -93,6 +84,11 @@ class Param:
     # The values that change the model's numerics, as the space marks them; None: unmarked
     # (the built-in judgement applies).
     affects_accuracy: tuple[Any, ...] | None = None
+
+    @property
+    def role(self) -> ParamRole | None:
+        """What the parameter is to the samplers (roles.py): the engine argument's, by name."""
+        return ROLES.get(self.name)
 
     def changes_numerics(self, value: Any) -> bool:
         """Whether this value changes the model's numerics: the space's marking, else the
@@ -195,6 +191,10 @@ class SearchSpace:
                 return p
         raise SpaceError(f"search space {self.name!r} has no parameter {name!r}")
 
+    def with_role(self, role: ParamRole) -> Param | None:
+        """The parameter with this role, None where the space has none."""
+        return next((p for p in self.params if p.role is role), None)
+
     def distributions(self) -> dict[str, BaseDistribution]:
         """Every parameter's distribution, conditional ones included."""
         return {p.name: p.distribution() for p in self.params}
@@ -203,7 +203,7 @@ class SearchSpace:
         """The space for one deployment: hardware-derived bounds resolved, facts kept for the
         parameters' conditions, and the parameters its pins fix taken out."""
         try:
-            pinned = pinned_values(self.pins, context)
+            pinned = pinned_by(self.pins, context)
             params = tuple(p.bind(context) for p in self.params if p.name not in pinned)
         except RuleError as exc:
             raise SpaceError(f"search space {self.name!r}: {exc}") from None
@@ -346,6 +346,13 @@ class SearchSpace:
                 raise SpaceError(f"{where}: sets unknown parameter(s) {', '.join(bad)}")
 
 
+def is_ordinal(choices: Sequence[Any]) -> bool:
+    """Numbers listed in ascending order, which the samplers treat as ordered (booleans and
+    strings are plain categories)."""
+    numbers = all(isinstance(c, int | float) and not isinstance(c, bool) for c in choices)
+    return numbers and list(choices) == sorted(choices)
+
+
 def _widened(p: Param, value: Any) -> Param:
     if p.type == "categorical":
         choices = (*p.choices, value)
@@ -356,114 +363,3 @@ def _widened(p: Param, value: Any) -> Param:
     if p.type not in ("int", "float") or off_step:
         raise SpaceError(f"parameter {p.name!r} cannot hold {value!r}: it is off its steps")
     return replace(p, low=min(p.low, value), high=max(p.high, value))  # type: ignore[type-var]
-
-
-def _read_yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise SpaceError(f"search space file {path} does not exist; give a path or a built-in "
-                         f"name ({', '.join(builtin_names())})") from None
-    except yaml.YAMLError as exc:
-        raise SpaceError(f"{path} is not valid YAML: {exc}".replace("\n", " ")) from None
-
-
-def _expr(path: Path, what: str, source: str | None) -> Expr | None:
-    try:
-        return None if source is None else Expr(source, what)
-    except RuleError as exc:
-        raise SpaceError(f"{path}: {exc}") from None
-
-
-def _param(path: Path, name: str, spec: ParamSpec) -> Param:
-    """A validated parameter as the search uses it, its expressions parsed."""
-    where = f"parameter {name!r}"
-    param = Param(name, spec.type, when=_expr(path, f"{where} when", spec.when),
-                  min_expr=_expr(path, f"{where} min", spec.min),
-                  max_expr=_expr(path, f"{where} max", spec.max))
-    # Only the keys of its type: a range's choices or a categorical's bounds are ignored.
-    if spec.type in ("int", "float"):
-        param = replace(param, low=spec.low, high=spec.high, step=spec.step, log=spec.log)
-    elif spec.type == "categorical":
-        param = replace(param, choices=tuple(spec.choices or ()))
-    marking = spec.affects_accuracy
-    if marking is None:
-        return param
-    if marking is True:  # every value but null or false
-        return replace(param, affects_accuracy=tuple(
-            v for v in spec.values() if v is not None and v is not False))
-    return replace(param, affects_accuracy=tuple(marking or ()))
-
-
-def _rules(path: Path, specs: list[RuleSpec] | None) -> tuple[Rule, ...]:
-    try:
-        return tuple(Rule(r.name, r.require, r.message, r.severity, r.when, r.source or "",
-                          str(path)) for r in specs or ())
-    except RuleError as exc:
-        raise SpaceError(f"{path}: {exc}") from None
-
-
-def _pins(path: Path, specs: list[PinSpec] | None) -> tuple[Pin, ...]:
-    try:
-        return tuple(Pin(p.name, p.when, dict(p.set), p.message, p.source or "", str(path))
-                     for p in specs or ())
-    except RuleError as exc:
-        raise SpaceError(f"{path}: {exc}") from None
-
-
-def load_rules_file(path: Path = RULES_FILE) -> tuple[Rule, ...]:
-    return _load_rules_and_pins(path)[0]
-
-
-def load_pins_file(path: Path = RULES_FILE) -> tuple[Pin, ...]:
-    return _load_rules_and_pins(path)[1]
-
-
-def _load_rules_and_pins(path: Path) -> tuple[tuple[Rule, ...], tuple[Pin, ...]]:
-    data = validated(RulesFile, _read_yaml(path), path)
-    return _rules(path, data.rules), _pins(path, data.pins)
-
-
-def load_space_file(path: Path, common_rules: tuple[Rule, ...] | None = None,
-                    _extending: frozenset[Path] = frozenset()) -> SearchSpace:
-    """Read a space file; its rules are added to the common rules (rules.yaml by default),
-    after those of the space it extends, if any."""
-    data = validated(SpaceFile, _read_yaml(path), path)
-    own = {n: _param(path, n, s) for n, s in data.parameters.items()}
-    if common_rules is None:
-        common_rules = load_rules_file()
-    pins = load_pins_file()
-    if data.extends is None:
-        params, rules = tuple(own.values()), common_rules
-    else:
-        base = _load_base(path, data.extends, common_rules, _extending)
-        params = tuple(own.pop(p.name, p) for p in base.params) + tuple(own.values())
-        rules = base.rules
-    rules = rules + _rules(path, data.rules)
-    return SearchSpace(path.stem if data.name is None else data.name, data.description or "",
-                       params, rules, data.profile, pins=pins)
-
-
-def _load_base(path: Path, name: str, common_rules: tuple[Rule, ...],
-               extending: frozenset[Path]) -> SearchSpace:
-    """The space `path` extends: a built-in name, else a file relative to `path`."""
-    base = SPACES_DIR / f"{name}.yaml" if name in builtin_names() else path.parent / name
-    chain = extending | {path.resolve()}
-    if base.resolve() in chain:
-        raise SpaceError(f"{path}: 'extends: {name}' leads back to itself")
-    if not base.is_file():
-        raise SpaceError(f"{path}: 'extends: {name}' is neither a built-in space "
-                         f"({', '.join(builtin_names())}) nor a file next to it")
-    return load_space_file(base, common_rules, chain)
-
-
-def builtin_names() -> list[str]:
-    return sorted(p.stem for p in SPACES_DIR.glob("*.yaml") if p.stem != "rules")
-
-
-def builtin_space_path(name_or_path: str) -> Path:
-    """A built-in space by name ("default"), or a path to a YAML file."""
-    candidate = SPACES_DIR / f"{name_or_path}.yaml"
-    if name_or_path in builtin_names():
-        return candidate
-    return Path(name_or_path)
