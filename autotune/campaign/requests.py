@@ -4,16 +4,26 @@ here, once, when the model is built; an invalid value raises SettingError naming
 (the field), which the CLI renders with its flag.
 
 The checks run in one model validator, in a fixed order, so that of several bad values the
-same one is named every time (the CLI's order before these models existed).
+same one is named every time (the CLI's order before these models existed). An SLO setting is
+read there too, once: it comes in as text (or an SLO) and leaves as an SLO.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    PrivateAttr,
+    SkipValidation,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from autotune.campaign import budget as budgets
 from autotune.campaign import per_path as pp
@@ -24,7 +34,7 @@ from autotune.errors import SettingError, placeholder
 from autotune.measure.backends import backend_class
 
 DEFAULT_SCREEN_TOP = 3  # screened configs the real backend measures besides the baselines
-PATH_NAMES = ("hot", "warm", "cold")
+PATH_SLOS = {"hot": "slo_hot", "warm": "slo_warm", "cold": "slo_cold"}  # path: its SLO setting
 
 
 def setting_error(exc: ValidationError) -> SettingError:
@@ -32,6 +42,19 @@ def setting_error(exc: ValidationError) -> SettingError:
     first = exc.errors()[0]
     field = str(first["loc"][0]) if first["loc"] else "request"  # engine_args, not its item
     return SettingError(placeholder(field) + ": {message}", message=first["msg"])
+
+
+def _text_or_slo(value: object) -> object:
+    """An SLO setting's type check when its field is validated; the checks read the text."""
+    if isinstance(value, str | SLO):
+        return value
+    raise PydanticCustomError("string_type", "Input should be a valid string")  # as str's check
+
+
+# An SLO setting: text or an SLO when the model is built, an SLO once the checks have read it.
+# Read by the checks, not when its field is validated, so that of several bad values the same
+# one is named as before.
+SLOSetting = Annotated[SLO, SkipValidation, BeforeValidator(_text_or_slo)]
 
 
 class _RunRequest(BaseModel):
@@ -59,6 +82,12 @@ class _RunRequest(BaseModel):
             return cls(**values)
         except ValidationError as exc:
             raise setting_error(exc) from None
+
+    def _read_slo(self, setting: str) -> None:
+        """The SLO setting's text as its SLO; parse_slo's errors name the problem."""
+        text = getattr(self, setting)
+        if isinstance(text, str):
+            object.__setattr__(self, setting, parse_slo(text))  # frozen, but still being built
 
     def budget(self) -> budgets.Budget:
         return budgets.Budget(max_gpu_hours=self.max_gpu_hours,
@@ -98,7 +127,8 @@ class TuneRequest(_RunRequest):
     max_model_len: int = 16384
     traffic_profile: str = "chat"
     allow_accuracy_affecting: bool = True
-    slo: str = DEFAULT_SLO
+    # The default as text (`tune --help` shows it so); the checks read it into an SLO.
+    slo: SLOSetting = DEFAULT_SLO  # type: ignore[assignment]
     backend: str | None = None  # None: sim, or a multi-fidelity campaign's confirm backend
     screen: str | None = None
     confirm: str | None = None
@@ -113,15 +143,15 @@ class TuneRequest(_RunRequest):
     max_send_lag_ms: float = 5.0
     per_path: bool = False
     paths: str | None = None
-    slo_hot: str | None = None
-    slo_warm: str | None = None
-    slo_cold: str | None = None
+    slo_hot: SLOSetting | None = None
+    slo_warm: SLOSetting | None = None
+    slo_cold: SLOSetting | None = None
     min_path_requests: int = 50
     new_campaign: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> TuneRequest:
-        parse_slo(self.slo)
+        self._read_slo("slo")
         if self.max_trials < 3:
             raise SettingError("{max_trials} must be at least 3 (two baselines and one proposal)")
         self._check_budget(datetime.now(UTC))
@@ -161,7 +191,7 @@ class TuneRequest(_RunRequest):
                                "real backend measures")
 
     def _check_paths(self) -> None:
-        given = [name for name in PATH_NAMES if self.path_slo_texts().get(name)]
+        given = [path for path, setting in PATH_SLOS.items() if getattr(self, setting)]
         if not self.tunes_paths and given:
             raise SettingError("{slo_hot}, {slo_warm} and {slo_cold} are for {per_path}")
         groups = self.path_groups()
@@ -170,8 +200,10 @@ class TuneRequest(_RunRequest):
                 raise SettingError(placeholder(f"slo_{name}") + ": {path} is no path of {paths} "
                                    "{split} (warm is folded into cold)", path=name,
                                    split=",".join(groups))
-        for text in self.path_slo_texts().values():
-            parse_slo(text)
+        for setting in PATH_SLOS.values():
+            if getattr(self, setting) == "":  # an empty path SLO is none: the campaign's
+                object.__setattr__(self, setting, None)
+            self._read_slo(setting)
         if self.tunes_paths and self.min_path_requests < 1:
             raise SettingError("{min_path_requests} must be at least 1")
 
@@ -199,12 +231,11 @@ class TuneRequest(_RunRequest):
         """{path: the guide's paths it holds}; empty without per-path campaigns."""
         return pp.parse_paths(self.paths or pp.DEFAULT_PATHS) if self.tunes_paths else {}
 
-    def path_slo_texts(self) -> dict[str, str]:
-        return {name: text for name, text in (("hot", self.slo_hot), ("warm", self.slo_warm),
-                                              ("cold", self.slo_cold)) if text}
-
-    def parsed_slo(self) -> SLO:
-        return parse_slo(self.slo)
+    @property
+    def path_slos(self) -> dict[str, SLO]:
+        """{path: its own SLO} for the paths given one; the others keep the campaign's."""
+        return {path: slo for path, setting in PATH_SLOS.items()
+                if (slo := getattr(self, setting)) is not None}
 
 
 class QuarterlyRequest(_RunRequest):
@@ -217,7 +248,7 @@ class QuarterlyRequest(_RunRequest):
     force: bool = False
     max_trials: int = 40
     margin_pct: float = 2.0
-    slo: str | None = None
+    slo: SLOSetting | None = None  # None: the latest campaign's
     backend: str | None = None
     published_by: str
 
@@ -240,8 +271,7 @@ class QuarterlyRequest(_RunRequest):
         if not self.confirm_top:
             raise SettingError("{confirm_top} must be at least 1: the quarterly decision "
                                "compares confirmed capacities")
-        if self.slo is not None:
-            parse_slo(self.slo)
+        self._read_slo("slo")
         return self
 
     @property
