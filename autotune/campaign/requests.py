@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, Self
+from typing import TYPE_CHECKING, Annotated, Any, Self
 
 from pydantic import (
     BaseModel,
@@ -25,13 +25,14 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+# The CLI builds its options from these models as it starts (`autotune --help`), so only light
+# modules are imported here; the checks import those that load Optuna or numpy where they run.
 from autotune.campaign import budget as budgets
-from autotune.campaign import per_path as pp
-from autotune.campaign import quarterly as q
-from autotune.campaign.confirm import ConfirmPlan
 from autotune.domain.slo import DEFAULT_SLO, SLO, parse_slo
 from autotune.errors import SettingError, placeholder
-from autotune.measure.backends import backend_class
+
+if TYPE_CHECKING:
+    from autotune.campaign.confirm import ConfirmPlan
 
 DEFAULT_SCREEN_TOP = 3  # screened configs the real backend measures besides the baselines
 PATH_SLOS = {"hot": "slo_hot", "warm": "slo_warm", "cold": "slo_cold"}  # path: its SLO setting
@@ -110,6 +111,8 @@ class _RunRequest(BaseModel):
 
     def confirm_plan(self, seed: int) -> ConfirmPlan | None:
         """None: no confirmation (confirm_top 0)."""
+        from autotune.campaign.confirm import ConfirmPlan
+
         if not self.confirm_top:
             return None
         return ConfirmPlan(top=self.confirm_top, repeats=self.confirm_repeats, base_seed=seed)
@@ -164,6 +167,8 @@ class TuneRequest(_RunRequest):
         return self
 
     def _check_fidelities(self) -> None:
+        from autotune.measure.backends import backend_class
+
         if self.screen is None:
             if self.confirm is not None or self.screen_top is not None:
                 raise SettingError("{confirm} and {screen_top} are for a multi-fidelity "
@@ -229,6 +234,8 @@ class TuneRequest(_RunRequest):
 
     def path_groups(self) -> dict[str, tuple[str, ...]]:
         """{path: the guide's paths it holds}; empty without per-path campaigns."""
+        from autotune.campaign import per_path as pp
+
         return pp.parse_paths(self.paths or pp.DEFAULT_PATHS) if self.tunes_paths else {}
 
     @property
@@ -256,6 +263,8 @@ class QuarterlyRequest(_RunRequest):
 
     @model_validator(mode="after")
     def _check(self) -> QuarterlyRequest:
+        from autotune.campaign import quarterly as q
+
         now = datetime.now(UTC)
         self._period = q.period_of(self.period, now)
         self._check_budget(now)
