@@ -55,10 +55,11 @@ from rich.table import Table
 
 from autotune.domain.deployment import DEMO, DeploymentSpec
 from autotune.domain.engine_config import EngineConfig
-from autotune.domain.records import CapacitySearch, TrialSpec
+from autotune.domain.records import CapacitySearch
 from autotune.domain.slo import parse_slo
 from autotune.domain.vllm_defaults import deployment_args
 from autotune.measure.capacity import run_trial
+from autotune.measure.trial_spec import TrialSpec
 from autotune.search.baselines import baseline_configs
 from autotune.search.objective import (
     capacity_attrs,

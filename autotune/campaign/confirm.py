@@ -33,10 +33,11 @@ from sqlalchemy.orm import Session
 
 from autotune.campaign import budget
 from autotune.domain.engine_config import EngineConfig
-from autotune.domain.records import TrialOutcome, TrialSpec
+from autotune.domain.records import TrialOutcome
 from autotune.domain.trial_record import TrialRecord
 from autotune.measure import progress
 from autotune.measure.executors import Executor
+from autotune.measure.trial_spec import TrialSpec
 from autotune.search.objective import is_feasible, outcome_constraints
 from autotune.storage import repo
 from autotune.storage.models import Campaign, Confirmation, Trial

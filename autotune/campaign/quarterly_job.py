@@ -21,7 +21,7 @@ from autotune.campaign.step_model import step_model_line, step_model_runs
 from autotune.campaign.study import CampaignRequest, StudyController
 from autotune.campaign.study.observer import LoggedOutput
 from autotune.domain.records import CapacitySearch
-from autotune.domain.slo import SLO, parse_slo
+from autotune.domain.slo import SLO
 from autotune.errors import AutotuneError, ConfigError, SettingError, SettingText
 from autotune.measure.backend_options import backend_options
 from autotune.measure.backends import available_backends
@@ -91,7 +91,7 @@ def run_quarterly(request: QuarterlyRequest, *, settings: Settings | None = None
         backend = request.backend or (latest.backend if latest else "sim")
         space = latest.search_space if latest else None
         s.rollback()  # read only
-    slo = parse_slo(request.slo) if request.slo else _stored_slo(stored_slo)
+    slo = request.slo if request.slo is not None else _stored_slo(stored_slo)
     if backend not in available_backends():
         raise ConfigError(f"unknown backend {backend!r}; available: "
                           f"{', '.join(available_backends())}")

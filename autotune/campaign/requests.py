@@ -4,27 +4,38 @@ here, once, when the model is built; an invalid value raises SettingError naming
 (the field), which the CLI renders with its flag.
 
 The checks run in one model validator, in a fixed order, so that of several bad values the
-same one is named every time (the CLI's order before these models existed).
+same one is named every time (the CLI's order before these models existed). An SLO setting is
+read there too, once: it comes in as text (or an SLO) and leaves as an SLO.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Annotated, Any, Self
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    PrivateAttr,
+    SkipValidation,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
+# The CLI builds its options from these models as it starts (`autotune --help`), so only light
+# modules are imported here; the checks import those that load Optuna or numpy where they run.
 from autotune.campaign import budget as budgets
-from autotune.campaign import per_path as pp
-from autotune.campaign import quarterly as q
-from autotune.campaign.confirm import ConfirmPlan
 from autotune.domain.slo import DEFAULT_SLO, SLO, parse_slo
 from autotune.errors import SettingError, placeholder
-from autotune.measure.backends import backend_class
+
+if TYPE_CHECKING:
+    from autotune.campaign.confirm import ConfirmPlan
 
 DEFAULT_SCREEN_TOP = 3  # screened configs the real backend measures besides the baselines
-PATH_NAMES = ("hot", "warm", "cold")
+PATH_SLOS = {"hot": "slo_hot", "warm": "slo_warm", "cold": "slo_cold"}  # path: its SLO setting
 
 
 def setting_error(exc: ValidationError) -> SettingError:
@@ -32,6 +43,19 @@ def setting_error(exc: ValidationError) -> SettingError:
     first = exc.errors()[0]
     field = str(first["loc"][0]) if first["loc"] else "request"  # engine_args, not its item
     return SettingError(placeholder(field) + ": {message}", message=first["msg"])
+
+
+def _text_or_slo(value: object) -> object:
+    """An SLO setting's type check when its field is validated; the checks read the text."""
+    if isinstance(value, str | SLO):
+        return value
+    raise PydanticCustomError("string_type", "Input should be a valid string")  # as str's check
+
+
+# An SLO setting: text or an SLO when the model is built, an SLO once the checks have read it.
+# Read by the checks, not when its field is validated, so that of several bad values the same
+# one is named as before.
+SLOSetting = Annotated[SLO, SkipValidation, BeforeValidator(_text_or_slo)]
 
 
 class _RunRequest(BaseModel):
@@ -60,6 +84,12 @@ class _RunRequest(BaseModel):
         except ValidationError as exc:
             raise setting_error(exc) from None
 
+    def _read_slo(self, setting: str) -> None:
+        """The SLO setting's text as its SLO; parse_slo's errors name the problem."""
+        text = getattr(self, setting)
+        if isinstance(text, str):
+            object.__setattr__(self, setting, parse_slo(text))  # frozen, but still being built
+
     def budget(self) -> budgets.Budget:
         return budgets.Budget(max_gpu_hours=self.max_gpu_hours,
                               deadline_epoch_s=self._deadline_epoch_s)
@@ -81,6 +111,8 @@ class _RunRequest(BaseModel):
 
     def confirm_plan(self, seed: int) -> ConfirmPlan | None:
         """None: no confirmation (confirm_top 0)."""
+        from autotune.campaign.confirm import ConfirmPlan
+
         if not self.confirm_top:
             return None
         return ConfirmPlan(top=self.confirm_top, repeats=self.confirm_repeats, base_seed=seed)
@@ -98,7 +130,8 @@ class TuneRequest(_RunRequest):
     max_model_len: int = 16384
     traffic_profile: str = "chat"
     allow_accuracy_affecting: bool = True
-    slo: str = DEFAULT_SLO
+    # The default as text (`tune --help` shows it so); the checks read it into an SLO.
+    slo: SLOSetting = DEFAULT_SLO  # type: ignore[assignment]
     backend: str | None = None  # None: sim, or a multi-fidelity campaign's confirm backend
     screen: str | None = None
     confirm: str | None = None
@@ -113,15 +146,15 @@ class TuneRequest(_RunRequest):
     max_send_lag_ms: float = 5.0
     per_path: bool = False
     paths: str | None = None
-    slo_hot: str | None = None
-    slo_warm: str | None = None
-    slo_cold: str | None = None
+    slo_hot: SLOSetting | None = None
+    slo_warm: SLOSetting | None = None
+    slo_cold: SLOSetting | None = None
     min_path_requests: int = 50
     new_campaign: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> TuneRequest:
-        parse_slo(self.slo)
+        self._read_slo("slo")
         if self.max_trials < 3:
             raise SettingError("{max_trials} must be at least 3 (two baselines and one proposal)")
         self._check_budget(datetime.now(UTC))
@@ -134,6 +167,8 @@ class TuneRequest(_RunRequest):
         return self
 
     def _check_fidelities(self) -> None:
+        from autotune.measure.backends import backend_class
+
         if self.screen is None:
             if self.confirm is not None or self.screen_top is not None:
                 raise SettingError("{confirm} and {screen_top} are for a multi-fidelity "
@@ -161,7 +196,7 @@ class TuneRequest(_RunRequest):
                                "real backend measures")
 
     def _check_paths(self) -> None:
-        given = [name for name in PATH_NAMES if self.path_slo_texts().get(name)]
+        given = [path for path, setting in PATH_SLOS.items() if getattr(self, setting)]
         if not self.tunes_paths and given:
             raise SettingError("{slo_hot}, {slo_warm} and {slo_cold} are for {per_path}")
         groups = self.path_groups()
@@ -170,8 +205,10 @@ class TuneRequest(_RunRequest):
                 raise SettingError(placeholder(f"slo_{name}") + ": {path} is no path of {paths} "
                                    "{split} (warm is folded into cold)", path=name,
                                    split=",".join(groups))
-        for text in self.path_slo_texts().values():
-            parse_slo(text)
+        for setting in PATH_SLOS.values():
+            if getattr(self, setting) == "":  # an empty path SLO is none: the campaign's
+                object.__setattr__(self, setting, None)
+            self._read_slo(setting)
         if self.tunes_paths and self.min_path_requests < 1:
             raise SettingError("{min_path_requests} must be at least 1")
 
@@ -197,14 +234,15 @@ class TuneRequest(_RunRequest):
 
     def path_groups(self) -> dict[str, tuple[str, ...]]:
         """{path: the guide's paths it holds}; empty without per-path campaigns."""
+        from autotune.campaign import per_path as pp
+
         return pp.parse_paths(self.paths or pp.DEFAULT_PATHS) if self.tunes_paths else {}
 
-    def path_slo_texts(self) -> dict[str, str]:
-        return {name: text for name, text in (("hot", self.slo_hot), ("warm", self.slo_warm),
-                                              ("cold", self.slo_cold)) if text}
-
-    def parsed_slo(self) -> SLO:
-        return parse_slo(self.slo)
+    @property
+    def path_slos(self) -> dict[str, SLO]:
+        """{path: its own SLO} for the paths given one; the others keep the campaign's."""
+        return {path: slo for path, setting in PATH_SLOS.items()
+                if (slo := getattr(self, setting)) is not None}
 
 
 class QuarterlyRequest(_RunRequest):
@@ -217,7 +255,7 @@ class QuarterlyRequest(_RunRequest):
     force: bool = False
     max_trials: int = 40
     margin_pct: float = 2.0
-    slo: str | None = None
+    slo: SLOSetting | None = None  # None: the latest campaign's
     backend: str | None = None
     published_by: str
 
@@ -225,6 +263,8 @@ class QuarterlyRequest(_RunRequest):
 
     @model_validator(mode="after")
     def _check(self) -> QuarterlyRequest:
+        from autotune.campaign import quarterly as q
+
         now = datetime.now(UTC)
         self._period = q.period_of(self.period, now)
         self._check_budget(now)
@@ -240,8 +280,7 @@ class QuarterlyRequest(_RunRequest):
         if not self.confirm_top:
             raise SettingError("{confirm_top} must be at least 1: the quarterly decision "
                                "compares confirmed capacities")
-        if self.slo is not None:
-            parse_slo(self.slo)
+        self._read_slo("slo")
         return self
 
     @property

@@ -30,7 +30,6 @@ from autotune.campaign.study import CampaignRequest, StudyController, comparison
 from autotune.campaign.study.observer import LoggedOutput
 from autotune.domain.deployment import DeploymentSpec
 from autotune.domain.records import CapacitySearch
-from autotune.domain.slo import parse_slo
 from autotune.errors import AutotuneError, ConfigError, SettingError, SettingText
 from autotune.measure.backend_options import backend_options
 from autotune.measure.backends import available_backends
@@ -132,7 +131,7 @@ def run_campaign(request: TuneRequest, *, settings: Settings | None = None,
         raise ConfigError(f"unknown backend {backend!r}; available: "
                           f"{', '.join(available_backends())}")
     study_request = CampaignRequest(
-        deployment=spec, campaign=request.campaign, slo=request.parsed_slo(), trace=loaded,
+        deployment=spec, campaign=request.campaign, slo=request.slo, trace=loaded,
         trace_ref=str(Path(trace_path).resolve()), backend=backend, executor=request.executor,
         parallel=request.parallel, search_space=space_name, sampler=request.sampler,
         max_trials=request.max_trials, seed=request.seed,
@@ -155,8 +154,8 @@ def run_campaign(request: TuneRequest, *, settings: Settings | None = None,
     if request.tunes_paths:
         plans = pp.plan_paths(loaded, request.path_groups(),
                               min_requests=request.min_path_requests)
-        path_requests = pp.path_requests(study_request, plans, space=request.space, slos={
-            name: parse_slo(text) for name, text in request.path_slo_texts().items()})
+        path_requests = pp.path_requests(study_request, plans, space=request.space,
+                                         slos=request.path_slos)
         for sub in path_requests:
             make_sampler(request.sampler, deployment_space(sub.search_space, sub.deployment),
                          seed=request.seed)

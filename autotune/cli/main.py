@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from autotune.campaign.requests import TuneRequest
 from autotune.cli import output
 from autotune.cli.bench import bench_app
 from autotune.cli.capture import capture
@@ -16,10 +17,10 @@ from autotune.cli.common import console, err, load_settings, open_db, setup_logg
 from autotune.cli.flags import TUNE_FLAGS, flag_message
 from autotune.cli.quarterly import HELP as QUARTERLY_HELP
 from autotune.cli.quarterly import quarterly
+from autotune.cli.request_options import Setting, given, request_options
 from autotune.cli.sim import GPU_HELP, MODEL_HELP, sim_app, simulate
 from autotune.cli.space import space_app
 from autotune.cli.traffic import traffic_app
-from autotune.domain.slo import DEFAULT_SLO
 from autotune.errors import AutotuneError, ConfigError, SettingError
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False,
@@ -79,87 +80,78 @@ def db_current() -> None:
 
 
 # -- tune -------------------------------------------------------------------------------------
+# tune's options, in --help order: each a setting of TuneRequest, its type and default the model's.
+TUNE_SETTINGS = (
+    Setting("deployment", "Deployment name."),
+    Setting("campaign", "Campaign name, e.g. 2026Q4."),
+    Setting("model", MODEL_HELP),
+    Setting("gpu", GPU_HELP),
+    Setting("gpu_count", "GPUs of one engine replica."),
+    Setting("tensor_parallel_size", "Tensor-parallel size (default: --gpus)."),
+    Setting("max_model_len", "Context length served."),
+    Setting("traffic_profile", "Traffic profile: chat or batch."),
+    Setting("allow_accuracy_affecting", off="--forbid-accuracy-affecting",
+            help="Whether the deployment's campaigns may search values that change the model's "
+                 "numerics (an fp8 KV cache, speculative decoding); forbidden, they are left out "
+                 "of the space and a baseline needing one is refused. Values the model requires "
+                 "are always run. Stored with the deployment."),
+    Setting("trace", "Trace file (default: bundled demo)."),
+    Setting("slo", 'P99 ceilings, e.g. "ttft_p99<=2s,tpot_p99<=50ms".'),
+    Setting("backend", "Engine backend of a one-backend campaign: sim or vllm (default sim)."),
+    Setting("screen", "Multi-fidelity: run the search on this simulator backend (sim), then its "
+                      "best configs on the --confirm backend."),
+    Setting("confirm", "Multi-fidelity: the real backend (vllm) that measures the baselines and "
+                       "the best screened configs; only its results are confirmed and published."),
+    Setting("screen_top", "Multi-fidelity: screened configs measured on the --confirm backend "
+                          "besides the baselines (default 3)."),
+    Setting("executor", "inline or ray."),
+    Setting("parallel", "Trials in flight (ray executor)."),
+    Setting("ray_address", "Join this Ray cluster."),
+    Setting("space", "Search space: built-in name or YAML file (default: the traffic profile's, "
+                     "chat or batch)."),
+    Setting("sampler", "tpe (constrained TPE), gp (Gaussian process, small budgets; needs torch), "
+                       "random, or grid (max_num_seqs x max_num_batched_tokens, like vLLM's "
+                       "auto-tune script)."),
+    Setting("max_trials", "Trials to measure, baselines included (with --screen: screening "
+                          "trials).", aliases=("--max-trials",)),
+    Setting("max_gpu_hours", "Stop the search once the trials have used this many GPU-hours "
+                             "(engine wall time x GPUs); confirmation follows."),
+    Setting("deadline", "Stop the search at this ISO 8601 time (UTC if no zone); trials in "
+                        "flight finish, confirmation follows."),
+    Setting("seed", "Sampler and replay seed."),
+    Setting("max_scale", "Highest rate multiplier tried."),
+    Setting("bisect_steps", "Bisection steps after the ladder."),
+    Setting("max_send_lag_ms", "A replay whose client sent later than this (P99) is client-bound, "
+                               "not a measurement; raise it only on machines too small to keep "
+                               "the schedule."),
+    Setting("model_path", "vllm backend: the model directory or id the engine loads."),
+    Setting("engine_args", "vllm backend: an extra server argument, e.g. "
+                           "--engine-arg=--load-format=dummy (repeatable)."),
+    Setting("confirm_top", "Confirm the best K feasible configs after the search (0: publish the "
+                           "best single measurement)."),
+    Setting("confirm_repeats", "Re-runs per confirmed config, each with another arrival seed (at "
+                               "least 2)."),
+    Setting("per_path", "Also tune one config per traffic path (hot / cold, the tuning guide's "
+                        "separation), each as deployment DEPLOYMENT.PATH; --trials applies to each "
+                        "campaign."),
+    Setting("paths", "With --per-path: hot,cold (default; warm folded into cold) or "
+                     "hot,warm,cold (implies --per-path)."),
+    Setting("slo_hot", "The hot path's SLO (default --slo)."),
+    Setting("slo_warm", "The warm path's SLO (default --slo)."),
+    Setting("slo_cold", "The cold path's SLO (default --slo)."),
+    Setting("min_path_requests", "A path with fewer requests is not tuned (it keeps the single "
+                                 "config)."),
+    Setting("new_campaign", "If --campaign already exists, start a new campaign named CAMPAIGN.2 "
+                            "(or .3, ...: the first free name) instead of resuming it or "
+                            "reporting its result."),
+)
+
+
 @app.command()
+@request_options(TuneRequest, TUNE_SETTINGS, TUNE_FLAGS)
 def tune(
-    deployment: Annotated[str, typer.Option(help="Deployment name.")] = "demo",
-    campaign: Annotated[str, typer.Option(help="Campaign name, e.g. 2026Q4.")] = "demo",
-    model: Annotated[str, typer.Option(help=MODEL_HELP)] = "DeepSeek-V4-Flash",
-    gpu: Annotated[str, typer.Option(help=GPU_HELP)] = "H200-141GB",
-    gpus: Annotated[int, typer.Option(help="GPUs of one engine replica.")] = 8,
-    tp: Annotated[int | None, typer.Option(help="Tensor-parallel size (default: --gpus).")] = None,
-    max_model_len: Annotated[int, typer.Option(help="Context length served.")] = 16384,
-    traffic: Annotated[str, typer.Option(help="Traffic profile: chat or batch.")] = "chat",
-    allow_accuracy_affecting: Annotated[bool, typer.Option(
-        "--allow-accuracy-affecting/--forbid-accuracy-affecting",
-        help="Whether the deployment's campaigns may search values that change the model's "
-             "numerics (an fp8 KV cache, speculative decoding); forbidden, they are left out "
-             "of the space and a baseline needing one is refused. Values the model requires "
-             "are always run. Stored with the deployment.")] = True,
-    trace: Annotated[Path | None, typer.Option(help="Trace file (default: bundled demo).")] = None,
-    slo: Annotated[str, typer.Option(help='P99 ceilings, e.g. "ttft_p99<=2s,tpot_p99<=50ms".')] = DEFAULT_SLO,
-    backend: Annotated[str | None, typer.Option(
-        help="Engine backend of a one-backend campaign: sim or vllm (default sim).")] = None,
-    screen: Annotated[str | None, typer.Option(
-        help="Multi-fidelity: run the search on this simulator backend (sim), then its best "
-             "configs on the --confirm backend.")] = None,
-    confirm: Annotated[str | None, typer.Option(
-        help="Multi-fidelity: the real backend (vllm) that measures the baselines and the best "
-             "screened configs; only its results are confirmed and published.")] = None,
-    screen_top: Annotated[int | None, typer.Option(
-        help="Multi-fidelity: screened configs measured on the --confirm backend besides the "
-             "baselines (default 3).")] = None,
-    executor: Annotated[str, typer.Option(help="inline or ray.")] = "inline",
-    parallel: Annotated[int, typer.Option(help="Trials in flight (ray executor).")] = 1,
-    ray_address: Annotated[str | None, typer.Option(help="Join this Ray cluster.")] = None,
-    space: Annotated[str | None, typer.Option(
-        help="Search space: built-in name or YAML file (default: the traffic profile's, chat "
-             "or batch).")] = None,
-    sampler: Annotated[str, typer.Option(
-        help="tpe (constrained TPE), gp (Gaussian process, small budgets; needs torch), "
-             "random, or grid (max_num_seqs x max_num_batched_tokens, like vLLM's auto-tune "
-             "script).")] = "tpe",
-    trials: Annotated[int, typer.Option(
-        "--trials", "--max-trials",
-        help="Trials to measure, baselines included (with --screen: screening trials).")] = 30,
-    max_gpu_hours: Annotated[float | None, typer.Option(
-        help="Stop the search once the trials have used this many GPU-hours (engine wall time "
-             "x GPUs); confirmation follows.")] = None,
-    deadline: Annotated[str | None, typer.Option(
-        help="Stop the search at this ISO 8601 time (UTC if no zone); trials in flight finish, "
-             "confirmation follows.")] = None,
-    seed: Annotated[int, typer.Option(help="Sampler and replay seed.")] = 0,
-    max_scale: Annotated[float, typer.Option(help="Highest rate multiplier tried.")] = 1024.0,
-    bisect_steps: Annotated[int, typer.Option(help="Bisection steps after the ladder.")] = 3,
-    max_send_lag_ms: Annotated[float, typer.Option(
-        help="A replay whose client sent later than this (P99) is client-bound, not a "
-             "measurement; raise it only on machines too small to keep the schedule.")] = 5.0,
-    model_path: Annotated[str | None, typer.Option(
-        help="vllm backend: the model directory or id the engine loads.")] = None,
-    engine_arg: Annotated[list[str] | None, typer.Option(
-        help="vllm backend: an extra server argument, e.g. --engine-arg=--load-format=dummy "
-             "(repeatable).")] = None,
-    confirm_top: Annotated[int, typer.Option(
-        help="Confirm the best K feasible configs after the search (0: publish the best single "
-             "measurement).")] = 3,
-    confirm_repeats: Annotated[int, typer.Option(
-        help="Re-runs per confirmed config, each with another arrival seed (at least 2).")] = 3,
-    per_path: Annotated[bool, typer.Option(
-        "--per-path", help="Also tune one config per traffic path (hot / cold, the tuning "
-                           "guide's separation), each as deployment DEPLOYMENT.PATH; --trials "
-                           "applies to each campaign.")] = False,
-    paths: Annotated[str | None, typer.Option(
-        help="With --per-path: hot,cold (default; warm folded into cold) or hot,warm,cold "
-             "(implies --per-path).")] = None,
-    slo_hot: Annotated[str | None, typer.Option(help="The hot path's SLO (default --slo).")] = None,
-    slo_warm: Annotated[str | None, typer.Option(help="The warm path's SLO (default --slo).")] = None,
-    slo_cold: Annotated[str | None, typer.Option(help="The cold path's SLO (default --slo).")] = None,
-    min_path_requests: Annotated[int, typer.Option(
-        help="A path with fewer requests is not tuned (it keeps the single config).")] = 50,
-    new_campaign: Annotated[bool, typer.Option(
-        "--new-campaign", help="If --campaign already exists, start a new campaign named "
-                               "CAMPAIGN.2 (or .3, ...: the first free name) instead of "
-                               "resuming it or reporting its result.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
+    **asked: Any,
 ) -> None:
     """Run a tuning campaign (defaults: the demo deployment on the simulator). The best configs
     are then confirmed: re-run with other arrival seeds, the winner is the one with the best 90%
@@ -176,7 +168,6 @@ def tune(
     deployment) are refused, naming what differs, unless --new-campaign; another --sampler is
     not refused, but said in a warning line (a resumed campaign continues with it).
     Exit code 0 once the campaign completes, whatever stopped its search; 2 bad input."""
-    from autotune.campaign.requests import TuneRequest
     from autotune.campaign.run import run_campaign
     from autotune.cli.tune_output import TuneOutput, render_paths
 
@@ -184,18 +175,7 @@ def tune(
     setup_logging(settings.log_level)
     # Every value is checked before the database is touched.
     try:
-        request = TuneRequest.of(
-            deployment=deployment, campaign=campaign, model=model, gpu=gpu, gpu_count=gpus,
-            tensor_parallel_size=tp, max_model_len=max_model_len, traffic_profile=traffic,
-            allow_accuracy_affecting=allow_accuracy_affecting, trace=trace, slo=slo,
-            backend=backend, screen=screen, confirm=confirm, screen_top=screen_top,
-            executor=executor, parallel=parallel, ray_address=ray_address, space=space,
-            sampler=sampler, max_trials=trials, max_gpu_hours=max_gpu_hours, deadline=deadline,
-            seed=seed, max_scale=max_scale, bisect_steps=bisect_steps,
-            max_send_lag_ms=max_send_lag_ms, model_path=model_path, engine_args=engine_arg or [],
-            confirm_top=confirm_top, confirm_repeats=confirm_repeats, per_path=per_path,
-            paths=paths, slo_hot=slo_hot, slo_warm=slo_warm, slo_cold=slo_cold,
-            min_path_requests=min_path_requests, new_campaign=new_campaign)
+        request = TuneRequest.of(**given(asked))
         shown = TuneOutput(console, err)
         ran = run_campaign(request, settings=settings, out=shown)
     except SettingError as exc:

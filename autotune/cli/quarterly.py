@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import getpass
 import logging
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 
+from autotune.campaign.requests import QuarterlyRequest
 from autotune.cli.common import console, err, load_settings, setup_logging
 from autotune.cli.flags import flag_message
+from autotune.cli.request_options import Setting, given, request_options
 from autotune.errors import (
     CampaignBusyError,
     ConfigError,
@@ -43,61 +44,52 @@ Exit codes: 0 published, kept the incumbent, or already decided (no-op); 2 bad i
 published); 5 infrastructure failure (database, Ray cluster, workers)."""
 
 
+# quarterly's options, in --help order: each a setting of QuarterlyRequest, its type and default
+# the model's.
+QUARTERLY_SETTINGS = (
+    Setting("deployment", "Deployment to re-tune (tuned once before)."),
+    Setting("period", "Quarter label, e.g. 2026Q4 (default: today's quarter)."),
+    Setting("days", "Tune on the trace's last N days."),
+    Setting("trace", "Trace file (default: the newest registered trace overlapping the last "
+                     "--days, else the latest campaign's trace)."),
+    Setting("force", "Run again even if this quarter is already decided."),
+    Setting("max_trials", "Trials to measure at most."),
+    Setting("max_gpu_hours", "Stop the search after this much engine time x GPUs."),
+    Setting("deadline", "Stop the search at this ISO 8601 time (UTC if no zone); confirmation "
+                        "follows."),
+    Setting("margin_pct", "Publish only if the winner's LCB beats the incumbent by this many "
+                          "percent."),
+    Setting("ray_address", "Run trials on this Ray cluster (default AUTOTUNE_RAY_ADDRESS; none: "
+                           "inline)."),
+    Setting("parallel", "Trials in flight (Ray)."),
+    Setting("slo", "P99 ceilings (default: the latest campaign's)."),
+    Setting("backend", "sim or vllm (default: the latest campaign's)."),
+    Setting("model_path", "vllm backend: the model."),
+    Setting("engine_args", "vllm backend: an extra server argument (repeatable)."),
+    Setting("confirm_top", "Configs to confirm (besides the incumbent)."),
+    Setting("confirm_repeats", "Re-runs per confirmed config."),
+)
+
+
+@request_options(QuarterlyRequest, QUARTERLY_SETTINGS)
 def quarterly(
-    deployment: Annotated[str, typer.Option(help="Deployment to re-tune (tuned once before).")],
-    period: Annotated[str | None, typer.Option(
-        help="Quarter label, e.g. 2026Q4 (default: today's quarter).")] = None,
-    days: Annotated[float, typer.Option(help="Tune on the trace's last N days.")] = 28.0,
-    trace: Annotated[Path | None, typer.Option(
-        help="Trace file (default: the newest registered trace overlapping the last --days, "
-             "else the latest campaign's trace).")] = None,
-    force: Annotated[bool, typer.Option(
-        "--force", help="Run again even if this quarter is already decided.")] = False,
-    max_trials: Annotated[int, typer.Option(help="Trials to measure at most.")] = 40,
-    max_gpu_hours: Annotated[float | None, typer.Option(
-        help="Stop the search after this much engine time x GPUs.")] = None,
-    deadline: Annotated[str | None, typer.Option(
-        help="Stop the search at this ISO 8601 time (UTC if no zone); confirmation follows.")
-    ] = None,
-    margin_pct: Annotated[float, typer.Option(
-        help="Publish only if the winner's LCB beats the incumbent by this many percent.")] = 2.0,
-    ray_address: Annotated[str | None, typer.Option(
-        help="Run trials on this Ray cluster (default AUTOTUNE_RAY_ADDRESS; none: inline).")
-    ] = None,
-    parallel: Annotated[int, typer.Option(help="Trials in flight (Ray).")] = 1,
-    slo: Annotated[str | None, typer.Option(
-        help="P99 ceilings (default: the latest campaign's).")] = None,
-    backend: Annotated[str | None, typer.Option(
-        help="sim or vllm (default: the latest campaign's).")] = None,
-    model_path: Annotated[str | None, typer.Option(help="vllm backend: the model.")] = None,
-    engine_arg: Annotated[list[str] | None, typer.Option(
-        help="vllm backend: an extra server argument (repeatable).")] = None,
-    confirm_top: Annotated[int, typer.Option(help="Configs to confirm (besides the incumbent).")
-                           ] = 3,
-    confirm_repeats: Annotated[int, typer.Option(help="Re-runs per confirmed config.")] = 3,
     by: Annotated[str | None, typer.Option(help="Who publishes (default: $USER).")] = None,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print one JSON object on stdout (keys: docs/reference/json-output.md); "
                        "the tables go to stderr.")] = False,
+    **asked: Any,
 ) -> None:
     from sqlalchemy.exc import OperationalError
 
     from autotune.campaign.quarterly import EXIT_BUSY, EXIT_INFRA
     from autotune.campaign.quarterly_job import run_quarterly
-    from autotune.campaign.requests import QuarterlyRequest
     from autotune.cli import output
 
     settings = load_settings()
     setup_logging(settings.log_level)
     shown = QuarterlyOutput(console, err)
     try:
-        request = QuarterlyRequest.of(
-            deployment=deployment, period=period, days=days, trace=trace, force=force,
-            max_trials=max_trials, max_gpu_hours=max_gpu_hours, deadline=deadline,
-            margin_pct=margin_pct, ray_address=ray_address, parallel=parallel, slo=slo,
-            backend=backend, model_path=model_path, engine_args=engine_arg or [],
-            confirm_top=confirm_top, confirm_repeats=confirm_repeats,
-            published_by=by or getpass.getuser())
+        request = QuarterlyRequest.of(**given(asked), published_by=by or getpass.getuser())
         code = run_quarterly(request, settings=settings, out=shown)
     except SettingError as exc:
         raise ConfigError(flag_message(exc)) from None

@@ -107,28 +107,6 @@ class CapacitySearch:
         return scales
 
 
-@dataclass(frozen=True)
-class TrialSpec:
-    study_name: str
-    trial_number: int
-    config: EngineConfig
-    deployment: DeploymentSpec
-    trace: Any  # autotune.traffic.trace.Trace (kept Any to avoid an import cycle in pickles)
-    slo: Any  # autotune.domain.slo.SLO
-    backend: str
-    seed: int = 0
-    search: CapacitySearch = field(default_factory=CapacitySearch)
-    backend_options: dict[str, Any] = field(default_factory=dict)  # plain data for the backend
-
-    @property
-    def gpus(self) -> int:
-        """GPUs the trial's engine occupies: tensor x pipeline x data parallel size as its
-        config sets them (tensor: else the deployment's; the others: else vLLM's 1)."""
-        c = self.config
-        return ((c.tensor_parallel_size or self.deployment.tensor_parallel_size)
-                * (c.pipeline_parallel_size or 1) * (c.data_parallel_size or 1))
-
-
 class TrialOutcome(BaseModel):
     """What a trial found. failure_class is None when the engine ran and was measured."""
 

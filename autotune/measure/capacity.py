@@ -15,12 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from autotune.domain.records import LatencySummary, TrialOutcome, TrialSpec
+from autotune.domain.records import LatencySummary, TrialOutcome
 from autotune.domain.step_timings import steps_to_json
 from autotune.errors import EngineStartError, ReplayError
 from autotune.measure import progress
 from autotune.measure.backends import EngineBackend
 from autotune.measure.metrics import concurrency, latency_quantiles_ms, meets, summarize
+from autotune.measure.trial_spec import TrialSpec
 from autotune.vocabulary import FailureClass
 
 log = logging.getLogger("autotune.capacity")

@@ -25,10 +25,11 @@ from abc import ABC, abstractmethod
 from importlib.metadata import entry_points
 from typing import Any
 
-from autotune.domain.records import TrialOutcome, TrialSpec
+from autotune.domain.records import TrialOutcome
 from autotune.errors import ConfigError
 from autotune.measure.backends import load_backend
 from autotune.measure.capacity import run_trial
+from autotune.measure.trial_spec import TrialSpec
 from autotune.vocabulary import FailureClass
 
 log = logging.getLogger("autotune.executors")

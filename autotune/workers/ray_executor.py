@@ -24,10 +24,11 @@ import os
 import socket
 from typing import Any
 
-from autotune.domain.records import TrialOutcome, TrialSpec
+from autotune.domain.records import TrialOutcome
 from autotune.errors import ConfigError, InfrastructureError, SettingError, SettingText
 from autotune.measure import progress
 from autotune.measure.executors import Executor, execute_trial
+from autotune.measure.trial_spec import TrialSpec
 from autotune.vocabulary import FailureClass
 
 try:

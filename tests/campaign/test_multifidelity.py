@@ -18,10 +18,11 @@ from autotune.campaign.confirm import ConfirmPlan
 from autotune.campaign.study import CampaignRequest, StudyController
 from autotune.domain import optuna_keys as keys
 from autotune.domain.deployment import DeploymentSpec
-from autotune.domain.records import CapacitySearch, TrialOutcome, TrialSpec
+from autotune.domain.records import CapacitySearch, TrialOutcome
 from autotune.domain.slo import parse_slo
 from autotune.errors import ConfigError
 from autotune.measure.executors import InlineExecutor, execute_trial
+from autotune.measure.trial_spec import TrialSpec
 from autotune.release.publish import publish_campaign
 from autotune.search.baselines import BASELINES
 from autotune.storage import repo

@@ -96,15 +96,3 @@ def test_async_scheduling_with_the_ngram_drafter_is_refused_as_vllm_does() -> No
         EngineConfig.from_mapping({"async_scheduling": True, "speculative_config": ngram})
     # Left to vLLM (None) it just turns async scheduling off.
     assert EngineConfig.from_mapping({"speculative_config": ngram}).async_scheduling is None
-
-
-def test_a_trial_occupies_tensor_x_pipeline_x_data_parallel_gpus() -> None:
-    from autotune.domain.deployment import DEMO
-    from autotune.domain.records import TrialSpec
-
-    def gpus(**args: int) -> int:
-        return TrialSpec("s", 0, EngineConfig(**args), DEMO, None, None, "sim").gpus
-
-    assert gpus() == DEMO.tensor_parallel_size  # the deployment's layout
-    assert gpus(tensor_parallel_size=2, pipeline_parallel_size=2, data_parallel_size=2) == 8
-    assert gpus(tensor_parallel_size=4, pipeline_parallel_size=2) == 8

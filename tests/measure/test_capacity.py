@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from autotune.domain.deployment import DEMO
-from autotune.domain.records import CapacitySearch, ReplayResult, TrialSpec
+from autotune.domain.records import CapacitySearch, ReplayResult
 from autotune.domain.slo import parse_slo
 from autotune.measure.capacity import run_trial
+from autotune.measure.trial_spec import TrialSpec
 from autotune.search.baselines import guide_heuristic
 from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import DEMO_TRACE, Trace

@@ -8,7 +8,7 @@ import pytest
 
 from autotune.domain.deployment import DEMO
 from autotune.domain.engine_config import EngineConfig
-from autotune.domain.records import TrialSpec
+from autotune.measure.trial_spec import TrialSpec
 from autotune.workers import ray_executor
 from autotune.workers.ray_executor import RayExecutor
 

@@ -15,9 +15,9 @@ from rich.console import Console
 from autotune.campaign.study import CampaignRequest
 from autotune.cli.live import LiveTrials
 from autotune.domain.deployment import DEMO
-from autotune.domain.records import TrialSpec
 from autotune.domain.slo import parse_slo
 from autotune.measure import progress
+from autotune.measure.trial_spec import TrialSpec
 from autotune.search.baselines import guide_heuristic
 from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import DEMO_TRACE

@@ -22,10 +22,10 @@ from autotune.campaign.study.recorder import finite_json
 from autotune.campaign.study.request import CampaignRequest
 from autotune.domain import optuna_keys as keys
 from autotune.domain.engine_config import EngineConfig
-from autotune.domain.records import TrialSpec
 from autotune.domain.trial_record import TrialRecord
 from autotune.domain.vllm_defaults import deployment_args
 from autotune.measure.executors import Executor
+from autotune.measure.trial_spec import TrialSpec
 from autotune.search.baselines import BASELINES
 from autotune.storage.db import session_scope
 from autotune.storage.lease import Lease

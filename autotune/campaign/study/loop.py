@@ -28,12 +28,13 @@ from autotune.campaign.study.recorder import TrialRecorder
 from autotune.campaign.study.request import CampaignRequest
 from autotune.domain import optuna_keys as keys
 from autotune.domain.engine_config import EngineConfig
-from autotune.domain.records import TrialOutcome, TrialSpec
+from autotune.domain.records import TrialOutcome
 from autotune.domain.trial_record import TrialRecord
 from autotune.domain.vllm_defaults import deployment_args
 from autotune.errors import ConfigError, InfrastructureError, SettingError
 from autotune.measure import progress
 from autotune.measure.executors import Executor
+from autotune.measure.trial_spec import TrialSpec
 from autotune.search.baselines import BASELINES, baseline_configs
 from autotune.search.samplers import make_sampler
 from autotune.search.spaces.deployment import config_for, space_params
