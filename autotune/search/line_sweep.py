@@ -39,16 +39,12 @@ from autotune.search.spaces import ParamRole, SearchSpace, is_ordinal
 SWEEP_ROLES = (ParamRole.LAYOUT, ParamRole.STEP_BUDGET, ParamRole.CONCURRENCY)
 # A smaller sequence count trades TTFT for TPOT (the requests it turns away queue): the sweep
 # moves it first only where every ceiling but the decode-latency one that bound was at most
-# this share used at capacity (count_reach). On benchmarks/search_efficiency.py the
-# chat-like traces' references used 7-18% of TTFT's; the guide's heuristic on one
-# document-like trace used TPOT's and TTFT's both to the full, and there the count changed
-# nothing.
+# this share used at capacity (count_reach; see docs/benchmarks/search-efficiency.md).
 COUNT_TRADE_HEADROOM = 0.5
 # The sweep proposes while fewer trials than this are complete (references and rule breakers
 # included), then the model takes over; it stops earlier where no step of any layout's best
-# config is left to try. On benchmarks/search_efficiency.py the runner-up layouts' searches,
-# which come after the incumbent's, reached the optimum of seed 1's document-like trace at
-# trial 30, past a cap of 30.
+# config is left to try. Room for the runner-up layouts' searches, which come last (see
+# docs/benchmarks/search-efficiency.md).
 SWEEP_TRIALS = 40
 # A range (int or float) is swept over this many evenly spaced points, ends included.
 SWEEP_POINTS = 5
@@ -186,9 +182,8 @@ def count_reach(complete: Sequence[FrozenTrial], space: SearchSpace) -> float | 
     shorter and queue the rest (vllm/v1/core/sched/scheduler.py, Scheduler.schedule
     admits at most max_num_seqs running requests), spending TTFT's headroom on TPOT. A
     count above the requests the engine reached changes nothing, so the count that can
-    matter is near that peak. On benchmarks/search_efficiency.py's chat-like traces
-    (TPOT-bound, 200-300 requests in flight at vLLM's defaults) the count moved capacity
-    by half; on the document-like ones (prefill-stalled, under 75 in flight) not at all."""
+    matter is near that peak (docs/benchmarks/search-efficiency.md: where it moved capacity
+    and where it did not)."""
     reference = _incumbent([t for t in complete if keys.SWEEP_AXIS not in t.system_attrs])
     count = space.with_role(ParamRole.CONCURRENCY)
     if reference is None or count is None:

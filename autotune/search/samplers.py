@@ -67,15 +67,12 @@ SAMPLERS = ("tpe", "gp", "random", "grid")
 DEFAULT_SAMPLER = "tpe"
 GRID_PARAMS = ("max_num_seqs", "max_num_batched_tokens")
 # Trials sampled independently (references included) before the model-based samplers model
-# anything, where the line sweep has no feasible config to start from. On
-# benchmarks/search_efficiency.py with the ordinal kernel and random start-up (seeds 0-19), 2, 3,
-# 4 and 6 all reached 98% of the chat-like optimum by trial 30 in 17-18 of 20 seeds.
+# anything, where the line sweep has no feasible config to start from; chosen on
+# benchmarks/search_efficiency.py (see docs/benchmarks/search-efficiency.md).
 STARTUP_TRIALS = 6
-# How far a measured choice's kernel reaches along an ordered list of choices (in list
-# positions): at 1, about 40% of a kernel's weight stays on its choice, a quarter goes to each
-# neighbour and 5% to each choice two away. On benchmarks/search_efficiency.py (held-out seeds
-# 20-59) 37 of 40 seeds reached 98% of the chat-like optimum by trial 30 at 1 (2 and 0.5 were
-# no better), against 9 of 20 with Optuna's categorical kernel.
+# How far a measured choice's kernel reaches along an ordered list of choices, in list
+# positions: at 1 most of its weight stays on the choice and its two neighbours. Chosen on
+# benchmarks/search_efficiency.py (see docs/benchmarks/search-efficiency.md).
 ORDINAL_BANDWIDTH = 1.0
 REDRAWS = 3  # fresh draws from the model before a repeated proposal is replaced by a neighbour
 MAX_NEIGHBOURS = 5000  # configs looked at for a free neighbour before a repeat is let through
