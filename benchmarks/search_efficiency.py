@@ -1,35 +1,16 @@
 """How fast each sampler reaches the best config: best capacity after 10, 20, 30 and 40 trials
 for our default sampler (constrained TPE), random search, a vLLM auto-tune style grid and, where
 torch is installed, Optuna's GP sampler, as a percentage of the optimum an exhaustive grid finds
-over the same space, median over seeds, all in one run. With both traces, `pct_of_optimum` is
-the mean over the traces of each trace's median over seeds: a median pooled over the two traces
-lands between their modes and says little about either.
+over the same space, median over seeds, all in one run.
 
-The case issue 6 sets: the simulator, 8xH200 serving DeepSeek-V4-Flash (autotune.domain.deployment.DEMO),
-a chat-like trace (autotune.traffic.synthetic) and a document-like trace (long prompts, short
-outputs, generated here deterministically), each many minutes long at its recorded rate, and an
-SLO per trace (SLOS: a tight TPOT ceiling for chat, a looser one for documents). The space is
-benchmarks/search_efficiency.yaml (the chat space's dimensions that matter there, discretised so
-that the exhaustive grid is affordable).
-
-Every trial is `autotune.measure.capacity.run_trial` on the simulator, the objective the controller uses,
-with the same interaction rules. Capacity is measured on a fixed window (SEARCH.window_s seconds
-of offered traffic at every multiplier), so it is a sustained rate, not how fast a burst drains,
-and bisected to ~1% (six steps below a factor-2 ladder rung) so that configs do not tie at a
-coarse rung. A config's measurement is computed once and shared by the exhaustive grid and every
-sampler run (the simulator is deterministic for a seed), so the sampler runs cost only Optuna's
-time; measurements are also kept on disk (benchmarks/.cache/, keyed by a digest of the trace,
-SLO, search, deployment and the simulator's source), so a second run, or --quick after a full
-one, skips the grid. A sampler run is the controller's loop in an in-memory study: vLLM's
-defaults, the guide's heuristic and vLLM's recipe enqueued first, rule breakers told infeasible
-for free (not counted as trials), repeats reuse their measurement (not counted as trials;
-counted apart, `repeats_per_seed`), at most 10 asks per trial, as the controller
-(autotune/campaign/study/loop.py) counts them; constraints set on every trial.
+The case: the simulator, 8xH200 serving DeepSeek-V4-Flash (autotune.domain.deployment.DEMO), a
+chat-like and a document-like trace with an SLO each (SLOS), the space
+benchmarks/search_efficiency.yaml. Every trial is the controller's (run_trial, its rules, its
+references first); measurements are cached in benchmarks/.cache/. The method in full and the
+results: docs/benchmarks/search-efficiency.md.
 
 Usage: .venv/bin/python benchmarks/search_efficiency.py [--quick] [--seeds N] [--first-seed K]
-[--jobs N] [--step-model roofline|measured]
-The simulator runs the roofline unless --step-model measured (campaigns' default since
-2026-12-06): the sampler's constants above were chosen on the roofline.
+[--trace-seed N] [--jobs N] [--step-model roofline|measured]
 Prints a table, then one JSON line with pct_of_optimum, gain_vs_default_pct,
 gain_vs_heuristic_pct, gain_vs_recipe_pct and repeats_per_seed.
 """
