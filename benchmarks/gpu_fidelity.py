@@ -1,64 +1,19 @@
 """The simulator judged on real GPU serving: every vLLM aggregated row of aiconfigurator-core's
 silicon sample (benchmarks/data/, 1,328 measurements on H100, H200, B200 and B300) whose model
-and GPU the catalogue has, simulated at the same load, side by side with aiconfigurator's own
-static estimate of the same rows in the same run. The rows are the judge: nothing is fitted to
-them (benchmarks/data/README.md).
+and GPU the catalogue has, simulated at the load it was measured under, beside aiconfigurator's
+own static estimate of the same rows (gpu_fidelity_aic.py, extra `autotune[aiconfigurator]`).
+The rows are the judge: nothing is fitted to them (benchmarks/data/README.md).
 
-Each row is simulated as it was measured (benchmarks/gpu_fidelity_rows.py says how the columns
-are read): the row's model at the row's precision (a 4-bit row of a model with no FP4 checkpoint
-of its own served NVIDIA's NVFP4 export, and takes that export's FP8 KV cache:
-`served_checkpoint`), its TP / attention-DP / EP layout, vLLM's
-default engine arguments for that GPU and GPU count (`autotune.search.baselines.vllm_defaults` and
-`effective_values`: max_num_seqs, max_num_batched_tokens, chunked prefill, prefix caching,
-gpu_memory_utilization, block size, CUDA-graph capture sizes; max_model_len ISL + OSL + 1500 as
-the rows' harness sets it, see HARNESS_CONTEXT_MARGIN) with those whose default the row's vLLM
-release had otherwise (`release_defaults`: synchronous scheduling before 0.14; --engine-args
-today for today's defaults throughout),
-and a closed loop of `silicon_concurrency` clients sending requests of exactly ISL prompt and OSL
-output tokens, each client its next request as soon as its last one finished, the clients' first
-sends spread over one request's service time (`spread_starts`: not phase-locked; --clients
-together for all at once).
-
-How many requests: aiconfigurator's benchmark harness (ai-dynamo/aiconfigurator, generator/
-config/backend_templates/benchmark/bench_run.sh.j2) runs aiperf at --concurrency N with
-2N warm-up requests, then 20N measured ones (MULTI_ROUND 20), ignore_eos. aiperf lets the
-warm-up finish before the measured phase, which sends its first N requests at once
-(PROFILED_ROUNDS says where this is read): that first round is simulated as N prompts at once on
-an idle engine and weighs 1/20 (--first-round burst). The other 19 rounds are the clients'
-steady state: the first WARMUP_ROUNDS x N requests of a closed loop warm it up and are left out,
-and the next MEASURED_ROUNDS x N are measured (--rounds): with every request the same length,
-the loop settles into a periodic pattern within a round or two, so more rounds would add time,
-not information. TTFT and TPOT
-(vLLM's benchmark definition: (E2E - TTFT) / (output tokens - 1)) are means over the measured
-requests, as aiperf's summary reports them (`avg`); the source does not say which statistic the
-rows hold (--stat median to see the other).
-
-The band: each row runs with the other client start state too (phase-locked, or spread if
---clients together), and a table says how many rows' measured TTFT and TPOT fall below, within
-and above the band the two span (`band_stats`; a real engine's clients sit between the two
-states, docs/benchmarks/gpu-fidelity.md). A diagnostic, not a target; --no-band skips it.
-
-Step model: the measured step table (autotune/workers/sim/kernels/) where the repository has one for the
-row's GPU, model, layout and precision, else the roofline with the GPU's bundled profile (its
-GPU coefficients fitted to the measured tables, autotune/workers/sim/profiles/gpu/; never to these rows).
-Where a table exists both run, and the roofline's figures on those rows are printed beside (the
-roofline's fit saw those tables, so on them it is not out of sample).
-
-aiconfigurator's estimate (benchmarks/gpu_fidelity_aic.py) needs the optional extra
-`autotune[aiconfigurator]`; without it that column is reported absent in one line. Its vLLM
-TTFT carries two terms the package fitted to this same corpus, so it runs twice: as shipped
-("aic_static", the issue's comparison) and with those terms neutral ("aic_unfitted"), which is
-what a kernel-based estimate gives these rows out of sample.
+Each row runs as measured: its model, precision and layout, its vLLM release's default engine
+arguments, and aiperf's closed loop of fixed-length requests (gpu_fidelity_rows.py reads the
+columns). The method in detail and every run: docs/benchmarks/gpu-fidelity.md.
 
 Usage: PYTHONPATH=. .venv/bin/python benchmarks/gpu_fidelity.py [--jobs N] [--limit N]
            [--models SUBSTR,...] [--no-aic] [--rounds W,M] [--stat mean|median]
            [--clients spread|together] [--first-round burst|steady]
-           [--engine-args defaults|today|harness] [--no-band]
-           [--rows-out FILE]
-Prints the skipped rows by reason, tables per model and per model, system and precision (APE median and
-P90 of TTFT and TPOT, the signed median error, rows), then one JSON line:
-{"rows": N, "models": M, "sim": {...}, "aic_static": {...}, "by_model": {...}, ...}; "rows" are
-the rows simulated, "aic_rows" those of them aiconfigurator estimated too.
+           [--engine-args defaults|today|harness] [--no-band] [--rows-out FILE]
+Prints the skipped rows by reason, error tables per model and per model, system and precision,
+then one JSON line: {"rows": N, "models": M, "sim": {...}, "aic_static": {...}, ...}.
 """
 
 from __future__ import annotations
@@ -427,12 +382,11 @@ def main() -> None:
     parser.add_argument("--clients", choices=("spread", "together"), default="spread",
                         help="clients' first sends spread over one request's service time "
                              "(the desynchronised steady state; spread_starts), or all at once "
-                             "(phase-locked, the method before issue 30's TTFT analysis)")
+                             "(phase-locked)")
     parser.add_argument("--first-round", choices=("burst", "steady"), default="burst",
                         help="the profiled phase's first round as aiperf sends it, N prompts at "
                              "once on an idle engine (weight 1/20, PROFILED_ROUNDS), or every "
-                             "measured round in the clients' steady state (the method before "
-                             "2026-12-07)")
+                             "measured round in the clients' steady state")
     parser.add_argument("--no-band", action="store_true",
                         help="skip the other client start state (band_stats)")
     parser.add_argument("--rows-out", type=Path, default=None,
