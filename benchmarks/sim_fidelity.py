@@ -1,65 +1,18 @@
 """How well the calibrated simulator predicts a real engine it was not fitted to.
 
-Real vLLM CPU-build engines serve the tiny test model under a set of engine configs; each
-replays the same synthetic trace at two rate multipliers: one the engine keeps up with (TTFT is
-service time) and one past every config's capacity (throughput is what the config can do, and
-TTFT is queueing). The `cpu` profile is calibrated on the first configs' measurements (`--fit`),
-then the simulator predicts the remaining configs (at least 6) and the prediction is compared
-with what was measured: output throughput and P99 TTFT, per config and multiplier (throughput
-the mean of `--repeats` replays, one per pass over all configs, each pass on fresh engines, and
-P99 TTFT taken over all their requests together; the spread between them, real against real, is
-printed beside the error, and the error against the first replay alone is in the JSON line
-too), and the rank correlation of the held-out configs' throughput at the saturating
-multiplier (`spearman`; the ranking a screening campaign relies on) and over every held-out
-replay (`spearman_pooled`).
+Real vLLM CPU-build engines serve the tiny test model under a set of engine configs (CONFIGS),
+each replaying the same synthetic trace below its capacity and in a burst past it, `--repeats`
+times on fresh engines. The `cpu` profile is calibrated on the first `--fit` configs; the
+simulator predicts the rest, judged on output throughput, P99 TTFT, step times and the rank
+correlation of the held-out capacities, with the real repeats' spread beside each error. The
+method, the hosts' run times and every run: docs/benchmarks/simulator-fidelity.md.
 
-At low multipliers alone every config serves the offered rate: throughput then matches whatever
-the model says and its rank correlation is noise (a first version measured only 1.5x and 4x and
-got 0.75 from throughputs within 8% of each other; 16x, past capacity on a 2-core VM, was below
-it for all but one config on a host with AMX units, and got 0.39).
-
-Each replay's send-lag P99 is printed beside it: a replay whose client sent late timed the box
-rather than the engine (the tuner rejects such a replay as client-bound). On the first 2-core VM
-every replay was, by 170-870 ms; on later ones the send-lag P99 was 2-9 ms, often still above the
-tuner's limit. The JSON line counts them (`client_bound_replays`) and gives the TTFT error on the
-rest. Likewise the share of CPU time the hypervisor gave other guests during each replay (`steal
-%`; `host_bound_rows`, `ttft_p99_err_max_not_host_bound`).
-
-Steal does not see all of a shared host's drift (in run 16 one pass ran 1.43x another's burst
-throughput with none stolen), so each engine is also timed on lone requests before and after its
-replays (autotune.workers.sim.fidelity.HOST_PROBE, the `probe ms` column): the same work under every
-config. Where every replay was probed, the JSON line also gives the judgement with each replay
-fitted and predicted at its engine's speed against the fitted replays' median (`with_probe`;
-Profile.slowed). Run 17 was to be judged that way, decided before it ran, and it made every
-error worse (throughput 12% -> 21% at worst, P99 TTFT 35% -> 50%): on a quiet host an engine's
-two probes differed by up to 44%, and within a config the probe followed burst throughput with
-a correlation of only -0.5 (slope -0.24 in logs, where -1 would be a speed gauge). So the
-headline is judged without it, as in the runs before.
-
-Needs the vLLM CPU build: AUTOTUNE_ENGINE__PYTHON=.venv-engine/bin/python (see `make
-engine-venv`). One engine per config and pass; each replays the trace 1 + 2 times (the first
-pass's first replay measures capacity). On a 2-core AVX2-only host, `--requests 96 --repeats 2`
-(then on one engine per config) took 70 minutes (the tiny model serves about 130 output tok/s
-there); on an AVX-512 one (about 1,300 tok/s) two passes took 44-58 minutes, and the three of
-the defaults 81-94; on one with AMX units that served up to 4,300 tok/s (run 18), 59. On an
-AVX2-only AMD EPYC VM (a first try at run 18) one engine of the defaults took 16-19 minutes: the
-run would have taken about 9 hours and was stopped. Each engine logs a line to stderr as it
-finishes (its discarded replay's tok/s and its seconds): read the first one.
-
-The calibration also fits the decode step times the fitted configs' replays show (autotune.
-step_timings), and the prefill steps they show; the table's `decode err` and `prefill err`
-columns set the held-out replays' step times against the fitted step model.
-
+Needs the vLLM CPU build: AUTOTUNE_ENGINE__PYTHON=.venv-engine/bin/python (`make engine-venv`).
 Usage: .venv/bin/python benchmarks/sim_fidelity.py [--fit N] [--quick | --requests N]
-                     [--repeats N] [--scales X,Y] [--save FILE | --measured FILE]
+                     [--repeats N] [--scales X,Y] [--load F] [--save FILE | --measured FILE]
 Prints a table, then one JSON line with throughput_err_max, ttft_p99_err_max and spearman.
---save keeps the real measurements (JSON lines); --measured judges a saved set again without
-starting engines (for working on the model; the measurements are what they were). While it
-measures, --save FILE appends each engine's replays to FILE.partial as the engine finishes, so a
-stopped run keeps them (`--measured` reads that file too, put in config order); a finished run
-removes it.
-Kept runs, gzipped: benchmarks/measurements/fidelity-runN.jsonl.gz (`--measured` reads them as
-they are; judging run 18's again gives its JSON line byte for byte).
+--save keeps the real measurements (JSON lines; FILE.partial while measuring); --measured
+judges a saved set again without engines (benchmarks/measurements/fidelity-runN.jsonl.gz).
 """
 
 from __future__ import annotations
@@ -109,35 +62,30 @@ CONFIGS: list[dict[str, object]] = [
     {"max_num_seqs": 8, "block_size": 128}, {"max_num_seqs": 24, "enable_chunked_prefill": False},
     {"max_num_seqs": 12, "enable_prefix_caching": False},
     # Two whose capacity is far from the others': where the held-out capacities lie within the
-    # real repeats' spread (six of seven within 7%, repeats 16% apart, on an AVX2 host), rank
-    # correlation measures noise, not the model.
+    # real repeats' spread, rank correlation measures noise, not the model.
     {"max_num_seqs": 1}, {"max_num_seqs": 32, "max_num_batched_tokens": 128},
 ]
 # Below capacity (TTFT is service time) and a burst far past it (throughput is capacity, TTFT the
-# time to drain the queue). Capacity is a property of the host (8-12x on the 2-core VM the first
-# fits came from, 11-45x on one with AMX matrix units, 1.2-2x on an AVX2-only one), so the rate
-# below it is a share of each engine's own capacity, measured by its discarded burst (LOAD), unless
-# --scales gives fixed multipliers. Near a config's capacity the queue is a knife edge: there, by
-# the simulator, a 10% faster engine cuts TTFT P99 by 20-50%, so the error says more about the
-# rate than the model (a fixed 16x did that on two hosts).
+# time to drain the queue). Capacity is a property of the host, so the rate below it is a share
+# of each engine's own capacity, measured by its discarded burst (LOAD), unless --scales gives
+# fixed multipliers: near a config's capacity the error says more about the rate than the model
+# (docs/benchmarks/simulator-fidelity.md).
 SCALES, LOAD = (256.0,), 0.5
-# P99 over 120 requests is the second-worst one: two runs of the same configs and prompts 4x
-# differed by up to 14% in TTFT P99 (send lag under 7 ms); 360 makes it the fourth-worst.
+# P99 over 120 requests is the second-worst one, and moves between two runs; 360 makes it the
+# fourth-worst (docs/benchmarks/simulator-fidelity.md).
 REQUESTS, QUICK_REQUESTS = 360, 48
 # Each config and multiplier is replayed this many times, once per pass over all configs on a
 # fresh engine, the simulator judged against their mean throughput and the P99 TTFT of their
 # requests pooled, and the spread between the repeats printed beside the error: it is how well
-# one real replay predicts the next, the floor of any model's error. Two passes' P99s differed
-# by up to 62% below capacity (run 14); three pooled judge the 11th-worst of 1,080 requests.
+# one real replay predicts the next, the floor of any model's error. Three pooled judge the
+# 11th-worst of 1,080 requests (docs/benchmarks/simulator-fidelity.md).
 REPEATS = 3
-# Simulations the fit may spend: about 75 per coefficient fitted (eight now; 300 was sized for
-# five).
+# Simulations the fit may spend: about 75 per coefficient fitted (eight).
 FIT_EVALS = 600
 # Above this send-lag P99 a replay timed the box, not the engine: the tuner would not use it.
 CLIENT_BOUND_MS = CapacitySearch().max_send_lag_p99_ms
 # Above this share of CPU time stolen by other guests during a replay, it timed the neighbours,
-# not the engine (set before a fidelity run measured it: a 2-core VM idled at 1-3%, and a 3-s
-# stall in a 30-s replay would be 10%).
+# not the engine: a 3-s stall in a 30-s replay would be 10%.
 HOST_BOUND_STEAL_PCT = 5.0
 
 
@@ -344,8 +292,8 @@ def main() -> None:
             sys.exit("sim_fidelity: set AUTOTUNE_ENGINE__PYTHON to the vLLM CPU venv's python "
                      "(make engine-venv)")
         # Measured alternately from the fitted and the judged configs: the cores are shared, and
-        # in one run the load average rose from 2 to 6 while the judged configs ran last, so
-        # the judged engines were slower than the fitted ones for reasons no config explains.
+        # a load that rises while the judged configs run last slows them for reasons no config
+        # explains (it did once: docs/benchmarks/simulator-fidelity.md).
         order = interleaved(len(CONFIGS), args.fit)
         partial = None if args.save is None else args.save.with_name(args.save.name + ".partial")
         if partial is not None and partial.exists():
@@ -368,7 +316,7 @@ def main() -> None:
     scales = sorted({m.rate_scale for m in measured})
     burst = max(scales)  # the saturating multiplier; the others are below capacity
     # Judged at one host speed; at each engine's probed speed too, where every replay was
-    # probed (see the docstring: the probe is too noisy to be the headline).
+    # probed (too noisy to be the headline: docs/benchmarks/simulator-fidelity.md).
     reference_ms = probe_reference_ms(measured, [m for g in groups[:fit_n] for m in g])
     judged = judge(groups, fit_n, None)
     probed = judge(groups, fit_n, reference_ms) if reference_ms else None
@@ -459,8 +407,8 @@ def main() -> None:
                       "client_bound_replays": len(rows) - len(clean),
                       "ttft_p99_err_max_not_client_bound": (
                           round(max(r.ttft_err for r in clean), 4) if clean else None),
-                      # How fast each held-out replay's engine instance ran one sequence: on a
-                      # 2-core VM instances of one config differed up to 2x, all replay long.
+                      # How fast each held-out replay's engine instance ran one sequence:
+                      # instances of one config can differ all replay long.
                       "one_seq_step_ms_range": (
                           None if not (known := _known(x for r in rows for x in r.one_seq_ms_each))
                           else [round(min(known), 2), round(max(known), 2)]),

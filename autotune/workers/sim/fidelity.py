@@ -6,10 +6,10 @@ CPU build specialises kernels per shape for a while), then the same trace at eac
 `repeats` times: a P99 of a few hundred requests moves between two replays of the same engine,
 and the repeats say by how much (`grouped` puts them together again).
 
-Every replay on an engine draws its prompt token ids from its own seed. With one seed the second
-replay found the first one's prompts in the prefix cache (vLLM's hit rate climbed to 62% over an
-engine's replays) and measured a much shorter TTFT than a cold engine, which is what the
-simulator predicts from a trace without prefix hashes.
+Every replay on an engine draws its prompt token ids from its own seed: with one seed a later
+replay finds the earlier ones' prompts in the prefix cache and measures a much shorter TTFT than
+a cold engine, which is what the simulator predicts from a trace without prefix hashes
+(docs/benchmarks/simulator-fidelity.md).
 """
 
 from __future__ import annotations
@@ -44,22 +44,19 @@ SCALES = (1.5, 4.0)
 # (see autotune.measure.capacity: a real trial above CapacitySearch.max_send_lag_p99_ms is client-bound).
 OBSERVED = ("output_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "send_lag_p99_ms")
 # Nor is the host's steal: the share of the CPUs' time the hypervisor gave to other guests while
-# the replay ran (/proc/stat). A stolen CPU stalls engine and client alike; on a 2-core VM it
-# was 1-3% idle and under load, and 20-33% while engines started. It does not see everything a
-# neighbour takes: in run 16 the second and third passes ran 1.23x and 1.43x the first's burst
-# throughput (medians over 13 configs) with 0.1% stolen in both.
+# the replay ran (/proc/stat). A stolen CPU stalls engine and client alike; steal does not see
+# everything a neighbour takes (docs/benchmarks/simulator-fidelity.md).
 HOST_STEAL = "host_steal_pct"
 # What steal misses, a gauge of the engine's speed measured the same way for every config: its
 # median TPOT over lone requests (a 64-token prompt, 64 tokens out, nothing else running), once
 # before the engine's measured replays and once after, averaged. A one-sequence decode step is
 # the same work under every config this benchmark varies (block size aside: a 128-token context
 # is one to four blocks), so where it differs between engines the host ran at another speed.
-# Kept with the replay, as is the drift between the two probes (after / before - 1). In run 17,
-# on a quiet host, it was too noisy to correct by: one engine's two probes differed by up to
-# 44%, and it followed burst throughput only loosely (benchmarks/sim_fidelity.py).
+# Kept with the replay, as is the drift between the two probes (after / before - 1); too noisy
+# to correct by (docs/benchmarks/simulator-fidelity.md).
 HOST_PROBE, HOST_PROBE_DRIFT = "host_probe_tpot_ms", "host_probe_drift"
-# 64 tokens at 6.7 ms a step (the slowest one-sequence step run 16 saw) take 0.43 s: each
-# request has the engine to itself.
+# The gap outlasts 64 tokens at the slowest one-sequence step seen (see docs/benchmarks/
+# simulator-fidelity.md): each request has the engine to itself.
 PROBE_REQUESTS, PROBE_GAP_S, PROBE_TOKENS = 6, 0.6, 64
 PROBE_SEEDS = (1001, 1002)  # prompts no replay draws
 
@@ -223,9 +220,9 @@ def pooled_ttft_p99_ms(replays: Sequence[Measurement]) -> float | None:
     """P99 TTFT over the requests of all the replays together, as summarize() takes it; None
     unless every replay kept its requests' TTFTs (files saved before they were kept).
 
-    The P99 of one replay of 360 requests is its fourth-worst request: below capacity, where it
-    is 30-100 ms, one late request moves it, and two replays of one config differed by up to
-    62%. Three replays pooled make it the eleventh-worst of 1,080."""
+    The P99 of one replay of 360 requests is its fourth-worst request: below capacity one late
+    request moves it (docs/benchmarks/simulator-fidelity.md). Three replays pooled make it the
+    eleventh-worst of 1,080."""
     if not replays or not all(m.ttft_each_ms for m in replays):
         return None
     values = np.concatenate([np.asarray(m.ttft_each_ms, dtype=float) for m in replays])
