@@ -1,24 +1,19 @@
 """Does the judge rows' client keep equal requests in clumps? aiperf against a lockstep server.
 
 The GPU rows (benchmarks/gpu_fidelity.py) were measured with aiperf in closed loop, every
-request the same length. Requests that start in one engine step finish in one step, and
-whether their successors reach the engine in one step again or spread over several decides how
-far the measured TTFT lies from the simulator's phase-locked and desynchronised bounds
-(docs/benchmarks/gpu-fidelity.md). This measures the client's share of that: aiperf, as the rows'
-harness runs it (`--concurrency N`, warm-up 2N, `--streaming`, ISL/OSL stddev 0), against a
-stand-in server whose every token leaves on a global step boundary, so that the only thing that
-can split a clump is the client's own turnaround (a response's end to its successor's arrival).
-A run per step time, side by side: clumps persist where the step is longer than the client's
-turnaround spread and break up where it is shorter.
+request the same length; whether requests that finish in one engine step reach the engine in
+one step again decides how far the measured TTFT lies from the simulator's phase-locked and
+desynchronised bounds. This runs aiperf as the rows' harness does against a stand-in server
+whose every token leaves on a global step boundary, so that only the client's own turnaround can
+split a clump, once per step time. The method and results: docs/benchmarks/gpu-fidelity.md.
 
 aiperf is not a dependency of autotune: install it anywhere (`python3 -m venv /tmp/aip &&
 /tmp/aip/bin/pip install aiperf`) and pass its executable (--aiperf). The stand-in server needs
 aiohttp (in autotune's dev environment).
-
 Usage: PYTHONPATH=. .venv/bin/python benchmarks/client_clumping.py --aiperf /tmp/aip/bin/aiperf
            [--steps-ms 5,20] [--concurrency 8] [--rounds 20] [--osl 32]
-Prints per step time the arrivals per step slot (clump sizes) after the warm-up and the
-client's turnaround percentiles, then one JSON line.
+Prints per step time the clump sizes after the warm-up and the client's turnaround
+percentiles, then one JSON line.
 """
 
 from __future__ import annotations

@@ -1,24 +1,14 @@
 """Closed loops of equal requests on a real vLLM engine against the simulator's two start states.
 
-Every request `--input-len` prompt and `--output-len` output tokens, `--concurrency` clients
-each sending its next request as soon as its last one finished (`vllm bench serve
---max-concurrency`, and the load of the GPU judge rows, docs/benchmarks/gpu-fidelity.md). In a
-deterministic model such clients stay as they started: all together, they stay phase-locked
-(each prompt waits for its clump's prefill); spread over one request's time, each prompt is
-prefilled alone beside the others' decodes. This benchmark measures where a real engine sits:
-`--passes` runs of the whole sweep on fresh vLLM CPU-build engines serving the tiny model,
-and the simulator (the bundled `cpu` profile) with its clients together and spread
-(`autotune.workers.sim.closed_loop.spread_starts`), side by side.
-
-Per concurrency it prints each pass's mean TTFT and TPOT (the first `--warmup-rounds` x N
-requests left out, as gpu_fidelity.py does) and the mean clump size of their sends
-(`autotune.measure.bench_metrics.send_clump_mean`: 1 is fully desynchronised, N phase-locked),
-the simulator's, and the ratios sim / real (mean of the passes). Nothing is fitted: the `cpu`
-profile's step times came from other runs (docs/benchmarks/simulator-fidelity.md).
+Clients each sending its next equal request as soon as its last one finished (`vllm bench serve
+--max-concurrency`, the load of the GPU judge rows) stay, in a deterministic model, as they
+started: all together (phase-locked) or spread over one request's time. This measures where a
+real engine sits: `--passes` runs of the whole sweep on fresh vLLM CPU-build engines serving the
+tiny model, beside the simulator (the bundled `cpu` profile, nothing fitted) with its clients
+together and spread (`autotune.workers.sim.closed_loop.spread_starts`). What it prints and the
+results: docs/benchmarks/gpu-fidelity.md ("Closed loops on a real engine").
 
 Needs the vLLM CPU build: AUTOTUNE_ENGINE__PYTHON=.venv-engine/bin/python (`make engine-venv`).
-About 1 minute per pass on a 2-core VM.
-
 Usage: PYTHONPATH=. .venv/bin/python benchmarks/closed_loop_sync.py [--concurrency 1,4,8,16,32]
            [--input-len 256] [--output-len 64] [--rounds 24] [--warmup-rounds 2] [--passes 2]
 The last line is JSON: {"concurrency": [...], "real_ttft_ms": [[one per pass], ...],

@@ -1,24 +1,12 @@
 """Real engine step times beside the simulator's, shape by shape: is the step model's form right?
 
 The fidelity benchmark judges whole replays, where a wrong step-time form hides behind a fit
-that trades one coefficient against another (run 10: the fitted `cpu` profile modelled a
-one-sequence decode step at 3.1 ms where the engine took 2.5, and `max_num_seqs` 1 16% slow).
-This one times single steps of a real vLLM CPU-build engine serving the tiny model:
-
-- decode steps: b sequences decoding together (400-token prompts, 300 tokens each); the median
-  gap between a stream's tokens while all b run is one decode step of b sequences;
-- prefill steps: a prompt of n tokens admitted while one other sequence decodes; the gap the
-  decoding stream sees is one step computing n prompt tokens and one decode (unlike the
-  prompt's TTFT, it holds no HTTP or tokenizer time);
-- a lone 32-token prompt's TTFT on an idle engine: one small prefill step plus the request's way
-  through the serving frontend, set against the step and the profile's `frontend_s`;
-
-and prints each beside `PerfModel.step_s` for the same shape under a profile (default: the
-bundled `cpu` one; --profile: a calibrated one, e.g. from `autotune sim calibrate`).
-
-Compare shapes within one run: every pass times them all, a median over passes is kept, and
-the host's own speed drifts (on a 2-core VM, four runs within five minutes timed a one-sequence
-decode step at 4.2, 2.1, 1.9 and 1.8 ms).
+that trades one coefficient against another. This one times single steps of a real vLLM
+CPU-build engine serving the tiny model (decode steps by batch size, prefill steps by prompt
+length, a lone prompt's TTFT through the frontend) and prints each beside `PerfModel.step_s`
+for the same shape under a profile (default: the bundled `cpu` one; --profile: a calibrated
+one, e.g. from `autotune sim calibrate`). Compare shapes within one run: the host's own speed
+drifts between runs. How each shape is timed: docs/benchmarks/simulator-fidelity.md.
 
 Needs the vLLM CPU build: AUTOTUNE_ENGINE__PYTHON=.venv-engine/bin/python. About 2 minutes.
 Usage: .venv/bin/python benchmarks/engine_steps.py [--profile FILE] [--repeats N]

@@ -1,20 +1,15 @@
 """The replay client alone: how late it sends, with its pauses held off and without.
 
-On an H200 with the tiny model, replays at 2-4x a bursty slice of the Azure code trace came out
-client-bound (send-lag P99 5-15 ms against the 5 ms bound) while the GPU sat 98% idle. Two
-things in the client's own process stopped its event loop: a full cyclic garbage collection
-(36-43 ms here) and the KV-cache sampler's parse of the whole /metrics text once a second
-(6 ms of pure Python under the GIL). This benchmark replays that slice against a stand-in
-server that streams each request's tokens 5 ms apart and costs the client nothing else, so
-only the client is measured, alternating two arms in one run:
-
+Two things in the client's own process can stop its event loop and make a replay client-bound:
+a full cyclic garbage collection and the KV-cache sampler's parse of the whole /metrics text
+(docs/benchmarks/replay-client.md). This replays a bursty slice of the Azure code trace against
+a stand-in server that streams each request's tokens 5 ms apart and costs the client nothing
+else, so only the client is measured. Two arms alternate, each in processes of its own running
+its replays one after another, as a trial's ladder does:
 - `shipped`: the replayer as it is (no collection while a replay sends; the sampler reads one
   gauge's lines);
 - `before`: the collector left on and a thread parsing a vLLM-sized /metrics text (600 lines
-  of counters and histograms, prometheus_client's parser) once a second, as before.
-
-Each arm runs in processes of its own (alternating), each importing what the tuner imports and
-running its replays one after another, as a trial's ladder does.
+  of counters and histograms, prometheus_client's parser) once a second.
 
 Usage: PYTHONPATH=. .venv/bin/python benchmarks/replay_client.py [--rounds 3] [--replays 6]
        [--rate-scale 3]

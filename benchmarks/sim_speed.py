@@ -3,21 +3,15 @@ and the gain of advancing decode runs in closed form over stepping one engine st
 measured side by side in one run on the same trace and config.
 
 The case the simulator issue sets: one hour of traffic shaped like the Azure LLM inference 2023
-conversation trace (about 19,000 requests and 4 million output tokens: lognormal lengths with
-the published medians and means, Poisson arrivals with a slow swell) on 8xH200 serving
-DeepSeek-V4-Flash with vLLM's defaults. Target: at most 1 s of one core's CPU time (3,600x
-real time), with each GPU step model: the roofline and the measured kernel tables
-(autotune/workers/sim/kernels/), timed side by side in the same run.
+conversation trace on 8xH200 serving DeepSeek-V4-Flash with vLLM's defaults, with each GPU step
+model (the roofline and the measured kernel tables). Target: at most 1 s of one core's CPU time
+(TARGET_CPU_S, 3,600x real time). The case in detail and the results:
+docs/benchmarks/simulator-speed.md.
 
 Usage: .venv/bin/python benchmarks/sim_speed.py [--trace FILE] [--repeat N] [--scales 1,4]
        [--step-models roofline,measured]
-Prints a table, then one JSON line. Its simulated_s, wall_s, cpu_s (medians of the repeats),
-speedup_vs_realtime and speedup_vs_stepwise (both against cpu_s) are the target case: the trace
-at its recorded rate, the first of --scales, on the first of --step-models. `by_scale` has the
-same figures for every step model and scale (at 4x the same requests arrive in a quarter of the
-time, which breaks more decode runs; each row names its step model), and `target_met` says
-whether every row took at most TARGET_CPU_S. The 1-minute load average is printed too, since a
-shared machine inflates wall time.
+Prints a table, then one JSON line: the target case's figures (medians of the repeats), the same
+for every step model and scale (`by_scale`), and whether every row met it (`target_met`).
 """
 
 from __future__ import annotations
