@@ -2,32 +2,18 @@
 calls it (ai-dynamo/aiconfigurator, tools/accuracy_regression_testing/predict_silicon_sample.py:
 `_estimate_args` and `_run_estimate`): `aiconfigurator.cli.api.cli_estimate` with the row's model,
 system, backend, backend version, ISL/OSL, quantisation modes, batch_size and parallel sizes, in
-agg mode; where the row's backend version has no perf database, with the package's default
-version. In 0.12.0 a version outside the system's queryable slots (`perf_database.
-get_version_slots`: current 0.24.0, next 0.27.0 on every judge system) is refused rather than
-missing, and every row's version (0.11.2 to 0.19.0) is outside them, so every row runs on the
-default, resolved once per system here (`get_latest_database_version`, what cli_estimate does
-for None on each call, at ~1 s of YAML parsing a call). aiconfigurator-core 0.12.0 holds the
-data and the Rust estimators; the agg estimate itself (`cli_estimate`, its InferenceSession)
-is in its companion `aiconfigurator` 0.12.0, which pins that core: both come with the
-optional extra `autotune[aiconfigurator]`.
+agg mode; where the row's backend version has no perf database (`perf_database.
+get_version_slots` refuses every row's), with the package's default version, resolved once per
+system here (`get_latest_database_version`). Both packages come with the optional extra
+`autotune[aiconfigurator]`; offline, model configs are read from those the package bundles
+(autotune.workers.sim.kernels_build.PACKAGE_MODEL_IDS: judge models bundled under another name).
 
-Offline, the package reads a model's config.json from those it bundles (aiconfigurator_core/
-model_configs/) and would download any other from Hugging Face. Two judge models are bundled
-under another name of the same architecture (autotune.workers.sim.kernels_build.PACKAGE_MODEL_IDS says
-which and why); the rows pass their quantisation modes explicitly, so the estimate runs them at
-the row's precision.
-
-Its vLLM TTFT is not kernel time alone: two terms of aiconfigurator_core 0.12.0's
-`sdk/backends/vllm_backend.py` were fitted to the silicon corpus these rows come from, by its
-own comments: `VLLMBackend._prefill_dispatch_overhead_ms` adds 0.8 ms per layer to each
-request's prefill ("recalibrated ... against the full silicon corpus") and
-`VLLMBackend._ttft_queuing_factor` multiplies it by 1 + log2(batch)/8 ("calibrated to the
-silicon corpus"), as `BaseBackend` composes the agg TTFT (`ttft = encoder + (prefill +
-overhead) x factor`). So its TTFT error on these rows is in sample, where the simulator may fit
-nothing to them. `estimate(row, corpus_terms=False)` sets both terms neutral (0 ms and a factor
-of 1) for the same call, the package's kernel-based estimate without them; its TPOT does not
-use them.
+Its vLLM TTFT carries two terms fitted to the silicon corpus these rows come from
+(aiconfigurator_core 0.12.0, `sdk/backends/vllm_backend.py`: `VLLMBackend.
+_prefill_dispatch_overhead_ms` and `VLLMBackend._ttft_queuing_factor`, as `BaseBackend` composes
+the agg TTFT), so its TTFT error on these rows is in sample. `estimate(row, corpus_terms=False)`
+sets both neutral (0 ms and a factor of 1); its TPOT does not use them. The versions, packages
+and terms in detail: docs/benchmarks/gpu-fidelity.md.
 """
 
 from __future__ import annotations

@@ -40,20 +40,15 @@ MODE_NAMES = {"bfloat16": "bf16"}
 # under that id is OpenAI's MXFP4 one).
 SAME_FORMAT = {("fp8_block", "fp8"), ("mxfp4", "nvfp4")}
 
-# The checkpoint a 4-bit row served. The rows' precision column names the checkpoint's format,
-# and "fp4" rows ran vLLM 0.17-0.19 (March-April 2026), which quantised nothing to NVFP4 at load
-# time (online NVFP4 came later: vllm-project/vllm#48538, MoE layers only, and #49060 for dense
-# layers, open in July 2026). So an "fp4" row of a model whose own checkpoint has no FP4 format
-# served a pre-quantised NVFP4 one: the public one is NVIDIA's export, nvidia/<name>-NVFP4
-# (vendored where a row needs it: Kimi-K2.5, MiniMax-M2.5; Llama-3.1-70B's FP4 export is not
-# bundled anywhere here, so its rows keep the base checkpoint's facts). From the export the row
-# takes the KV cache only: its ModelOpt config declares FP8, which vLLM serves for
+# The checkpoint a 4-bit row served. "fp4" rows ran vLLM 0.17-0.19, which quantised nothing to
+# NVFP4 at load time (online NVFP4 came later: vllm-project/vllm#48538, #49060), so an "fp4" row
+# of a model with no FP4 checkpoint of its own served NVIDIA's export, nvidia/<name>-NVFP4
+# (vendored where a row needs it; otherwise the row keeps the base checkpoint's facts). From the
+# export the row takes the KV cache only: its ModelOpt config declares FP8, which vLLM serves for
 # --kv-cache-dtype auto (utils/torch_utils.py, resolve_kv_cache_dtype_string; vllm#29980) and
 # which aiconfigurator's harness passes itself (sdk/utils.py reads kv_cache_quant_algo;
-# generator/module_bridge.py -> --kv-cache-dtype). The weights keep the row's columns, which
-# the measured tables are keyed on. Not recorded: the export's revision; NVIDIA has added FP8 KV
-# declarations to exports after release (GLM-5.1-NVFP4, pull request #1), and these are the
-# revisions aiconfigurator-core 0.12.0 bundles.
+# generator/module_bridge.py -> --kv-cache-dtype). The weights keep the row's columns, which the
+# measured tables are keyed on. The evidence and caveats: docs/benchmarks/gpu-fidelity.md.
 FOUR_BIT_LABEL = "fp4"
 FP4_FORMATS = {"fp4", "mxfp4", "nvfp4"}
 NVFP4_EXPORT = "nvidia/{}-NVFP4"

@@ -54,7 +54,7 @@ Case = tuple[str, EngineConfig, DeploymentSpec, Trace, float]
 RESULT_ARRAYS = ("scheduled_s", "ttft_s", "e2e_s", "output_tokens", "failed", "queue_s")
 
 
-# Where the scheduler lives, newest first: workers/ moved into autotune/ on 2026-12-07.
+# Where the scheduler lives, newest first: older revisions keep it under a top-level workers/.
 SCHEDULER_PATHS = ("autotune/workers/sim/scheduler.py", "workers/sim/scheduler.py")
 
 
