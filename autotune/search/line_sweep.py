@@ -240,8 +240,8 @@ class _Lines:
     def _layout_moves(self, moves: list[dict[str, Any]],
                       measured: dict[Key, float]) -> list[dict[str, Any]]:
         """Every layout at its first cap before any layout at its second: a layout's first
-        judgement is its fairest (`_with_prefill_caps`), and with 3 caps each, 4 layouts
-        judged cap by cap took 10 trials to reach the last one."""
+        judgement is its fairest (`_with_prefill_caps`), and judged cap by cap the last layout
+        comes late (docs/benchmarks/search-efficiency.md)."""
         variants = [self._with_prefill_caps(move, measured) for move in moves]
         width = max((len(v) for v in variants), default=0)
         ordered = [v[i] for i in range(width) for v in variants if i < len(v)]
@@ -263,9 +263,8 @@ class _Lines:
         vllm/v1/engine/core.py, run_engine_core starts DPEngineCoreProc for them) with each
         long-prefill cap the space offers, the tightest first and none (0) last: there one
         rank's long prefill holds every rank's decode for the whole step, so the layout is
-        only judged fairly with its prefills chunked. Judged at the caller's cap alone, DP8+EP
-        was the worst layout on benchmarks/search_efficiency.py's document-like trace and,
-        capped at 512 tokens, the best by a third."""
+        only judged fairly with its prefills chunked (docs/benchmarks/search-efficiency.md:
+        uncapped the worst layout on a document-like trace, capped the best)."""
         layout, cap = self.layout, self._cap
         assert layout is not None  # a layout move
         if cap is None or not _lockstep(move[layout]) or cap not in move:

@@ -220,10 +220,9 @@ async def _replay(plan: ReplayPlan, t0: float | None = None
 @contextmanager
 def _no_gc_pauses() -> Iterator[None]:
     """No cyclic garbage collection while a replay runs; one after it. A full collection stops
-    the event loop for as long as it walks the heap: beside a stand-in server that answers at
-    once (the client alone), the replays whose send-lag P99 jumped from 2 ms to 22-39 ms were
-    exactly those during which a generation-2 collection took 36-43 ms, and the tuner's own
-    process, where replays run, has a larger heap. Reference counting still frees the rest."""
+    the event loop for as long as it walks the heap, long enough to make a replay client-bound
+    (docs/benchmarks/replay-client.md), and the tuner's own process, where replays run, has a
+    larger heap. Reference counting still frees the rest."""
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -6,12 +6,9 @@ its prefill steps, autotune.domain.step_timings). The fit simulates every measur
 coefficients and minimises the mean squared log error over the metrics below, with Nelder-Mead
 on the logarithms of the coefficients (they are positive and span orders of magnitude). The
 step timings are set against the step model directly: replays alone let a fit trade the fixed
-per-step cost against the per-sequence one and still match throughput (on a 2-core AVX-512 host
-a replay-only fit timed a one-sequence decode step at 3.1 ms where the engine took 1.9-2.5, and
-predicted `max_num_seqs` 1 16% slow), and prefill against the frontend's share of TTFT (a fit
-with decode steps alone put 1.5 ms in the frontend where lone prompts showed 6-7, and made
-400- and 700-token prefill steps 28-36% too dear). The fit is deterministic: the profile's
-run-to-run jitter is off while fitting.
+per-step cost against the per-sequence one and still match throughput, and prefill against the
+frontend's share of TTFT (docs/benchmarks/simulator-fidelity.md). The fit is deterministic: the
+profile's run-to-run jitter is off while fitting.
 """
 
 from __future__ import annotations
@@ -204,8 +201,8 @@ def calibrate(measurements: Sequence[Measurement], base: Profile, *,
                  for c in coefficients])
 
     # Efficiencies are shares of a datasheet figure: never above 1. The `cpu` device has no
-    # datasheet: its figures are a placeholder for whatever host runs the CPU build (one with
-    # AMX matrix units ran the tiny model 4-10x faster than the 2-core VM they came from).
+    # datasheet: its figures are a placeholder for whatever host runs the CPU build, and hosts
+    # differ several-fold (docs/benchmarks/simulator-fidelity.md).
     datasheet = measurements[0].deployment.gpu_info.device == "gpu"
 
     def profile_at(x: np.ndarray) -> Profile:

@@ -102,8 +102,7 @@ def measure_real(configs: Sequence[dict[str, object]], trace: Trace, engine_pyth
     With `load`, each engine is also replayed at that share of its own capacity, first: the
     discarded pass then runs at the highest multiplier (which should be past every config's
     capacity) and measures it. A fixed multiplier is below capacity on one host and past it on
-    another (4x was 9-40% of the tiny model's capacity on a host with AMX units, and more than
-    twice the capacity of an AVX2-only one)."""
+    another (docs/benchmarks/simulator-fidelity.md)."""
     model = make_tiny_model(work / "model")
     before, engines = numbered or (0, len(configs))
     found = []
@@ -155,10 +154,10 @@ def measure_passes(configs: Sequence[dict[str, object]], trace: Trace, engine_py
                    engine_done: Callable[[list[Measurement]], None] | None = None,
                    ) -> list[Measurement]:
     """measure_real over all configs `passes` times, each pass on fresh engines, the later
-    ones at the rates the first found: the repeats of a config lie a pass apart. On a 2-core VM
-    back-to-back replays of one engine differed by up to 1.7x in burst throughput; repeats back
-    to back share whatever state the engine and host are in. Returned config by config, each
-    config's replays in pass order."""
+    ones at the rates the first found: the repeats of a config lie a pass apart, since repeats
+    back to back share whatever state the engine and host are in
+    (docs/benchmarks/simulator-fidelity.md). Returned config by config, each config's replays
+    in pass order."""
     engines = len(configs) * passes
     first = measure_real(configs, trace, engine_python, work, scales, 1, load, engine_done,
                          (0, engines))

@@ -77,10 +77,10 @@ class VllmBackend(EngineBackend):
 
     def _prompt_seed(self, seed: int) -> int:
         """A prompt seed no earlier replay on this engine used. With one seed for all, every
-        replay after the first found its prompts in the prefix cache (a 62% hit rate where the
-        trace shares little, TTFT p50 30 ms against 317 ms cold): capacity measured on a warm
-        cache that production, and the simulator, never have. Shared prefixes (hash_ids) stay
-        shared within a replay."""
+        replay after the first finds its prompts in the prefix cache: capacity measured on a
+        warm cache that production, and the simulator, never have (see
+        docs/benchmarks/simulator-fidelity.md). Shared prefixes (hash_ids) stay shared within a
+        replay."""
         self._replays += 1
         return ((seed & 0xFFFF) << 16) | (self._replays & 0xFFFF)
 
@@ -95,11 +95,8 @@ class VllmBackend(EngineBackend):
         if deployment.gpu_info.device == "cpu":
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
             # vLLM's own thread binding (VLLM_CPU_OMP_THREADS_BIND=auto) is kept on purpose:
-            # on a 2-core VM it pins one OpenMP thread to core 0. Tiny model, max_num_seqs 16,
-            # at 1.5x/4x: auto gave TPOT 4-6 ms and 180/465 tok/s (load average 2.7-3.0); nobind
-            # with two OpenMP threads gave TPOT 60-116 ms and 113-181 tok/s, slower at low load
-            # than at high (load average 4.7-6.6, partly its own threads). The other processes
-            # are then kept off the bound cores (cpu_affinity).
+            # unbound OpenMP threads were many times slower (docs/benchmarks/replay-client.md).
+            # The other processes are then kept off the bound cores (cpu_affinity).
         self._engine = EngineProcess(cmd, port=port, log_path=log_path, env=env)
         self._config = config
         self._replays = 0

@@ -80,12 +80,9 @@ def _die_with_parent() -> None:
 
     A process group, not a session (setsid): with the kernel's autogroup scheduling (on by
     default in many distributions' kernels) every session is its own scheduling group, and
-    CFS shares CPU time between the groups first. With the engine in a session of its own, on a
-    2-core VM, every process in the tuner's session, the replay client included, stalled for
-    100-600 ms at a time while the engine was busy (a 1 ms sleep loop beside it overslept by
-    up to 575 ms, none with the engine idle): send lag P99 170-870 ms, and P99 TTFTs of
-    0.3-1 s where the engine's own were under 0.2 s. In the tuner's session: send lag P99
-    3-14 ms."""
+    CFS shares CPU time between the groups first. With the engine in a session of its own,
+    every process in the tuner's session, the replay client included, stalls while the engine
+    is busy (docs/benchmarks/replay-client.md)."""
     os.setpgid(0, 0)
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
