@@ -34,9 +34,9 @@ from autotune.workers.vllm.process import EngineProcess, free_port
 log = logging.getLogger("autotune.vllm")
 DEFAULT_COMMAND = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
 # Warm-up replays the trace's first requests at 4x their rate before anything is measured. A
-# handful sent at once was not enough: the CPU build specialises kernels per batch and prompt
-# shape, and the first measured replay ran at a fifth of the steady speed (TPOT 80 ms against
-# 15 ms on the tiny model); the same holds, less sharply, for the shapes CUDA graphs do not cover.
+# handful sent at once is not enough: the CPU build specialises kernels per batch and prompt
+# shape (docs/benchmarks/simulator-fidelity.md); the same holds, less sharply, for the shapes
+# CUDA graphs do not cover.
 WARMUP_REQUESTS = 64
 WARMUP_RATE_SCALE = 4.0
 

@@ -3,11 +3,8 @@
 vLLM's CPU build binds each worker's OpenMP threads to cores (VLLM_CPU_OMP_THREADS_BIND=auto; on
 a 2-core VM: one worker on core 0) but leaves the API server and the engine-core process, which
 polls without sleeping, free to run anywhere, and the replay client too. Whenever the kernel put
-one of them on the worker's core the decode step doubled: one idle engine's one-sequence step
-went between 1.8 and 3.8 ms within a minute of lone probe requests, and engines of one config
-measured up to 1.3x apart in burst throughput. With everything else kept to the other cores,
-five engines' burst throughput lay within 6% (30% unpinned); lone-request steps stayed noisy
-(the other cores are still shared by the engine core, the API server and the client).
+one of them on the worker's core the decode step doubled, so everything else is kept to the
+other cores (the measurements: docs/benchmarks/replay-client.md).
 """
 
 from __future__ import annotations
