@@ -7,8 +7,7 @@
 # Then carry OUT/p1, OUT/p2, ... in consecutive calls, each within the machine's warm window
 # (30 s after the last call returns; a part left there stays while the machine is held), the
 # last one running: eval "$(scripts/gpu_bundle.sh --install OUT)" && scripts/gpu_check.sh
-# On an H200 (2026-12) the first call started the machine in 32 s, each part took 6 s, and
-# the install and the gpu-marked tests 4 minutes.
+# How long each call took on an H200: docs/benchmarks/gpu.md.
 # Env: VLLM_VERSION (0.21.0: the last one built for the image's torch 2.11 and CUDA 13),
 #      PYTHON312 (python3.12: the image's Python, for resolving),
 #      GPU_IMAGE_PACKAGES (the image's package names; default scripts/gpu_image_packages.txt),
@@ -71,8 +70,8 @@ skip |= {"flashinfer-python", "flashinfer-cubin", "tilelang", "nvidia-cutlass-ds
          "nvidia-cudnn-frontend",
          "tokenspeed-triton", "z3-solver"}  # what tokenspeed-mla and tilelang pull in
 # vLLM 0.21 asks for xgrammar 0.2.3 (43 MB); 0.2.9 (1 MB, with the apache-tvm-ffi it needs
-# in place of the pinned 0.1.9) served a dense model on an H200 (2026-12), installed without
-# dependency checks as everything here is.
+# in place of the pinned 0.1.9) serves a dense model too (docs/benchmarks/gpu.md), installed
+# without dependency checks as everything here is.
 swap = {"xgrammar": "0.2.9", "apache-tvm-ffi": "0.1.11"}
 for item in json.load(open(sys.argv[1]))["install"]:
     name, version = norm(item["metadata"]["name"]), item["metadata"]["version"]

@@ -14,12 +14,8 @@
 #      first requests spread (the desynchronised bound); the real sweep once more scheduled
 #      synchronously, where the CPU step cost is fitted at every batch. The five sweep-*.json
 #      files are for benchmarks/measurements/ (docs/benchmarks/gpu.md).
-# On an H200 (2026-12) the tests took 3 minutes and each trial about 70 s, most of it the
-# engine's start; step 3 is estimated, not yet measured, at 4.5 minutes (two starts of an 8B
-# engine with compilation and graph capture, about 90 s each, each followed by 1+8+32+128
-# clients x 6 requests of 512 prompt and 128 output tokens, about 60 s; the simulations take
-# seconds). All three come to about 11 minutes: under an 8-minute limit run
-# AUTOTUNE_GPU_STEPS="3" and steps 1 and 2 in a second call.
+# All three take about 11 minutes on an H200 (docs/benchmarks/gpu.md): under a shorter limit
+# run AUTOTUNE_GPU_STEPS="3" and steps 1 and 2 in a second call.
 # Env: AUTOTUNE_GPU_STEPS ("1 2 3"), AUTOTUNE_GPU_TRIALS (3), AUTOTUNE_GPU_TRACE (the Azure
 # code trace under AUTOTUNE_TRACES_DIR), AUTOTUNE_GPU_OUT (where logs, the database, the report
 # and the sweeps go; runs/gpu), AUTOTUNE_GPU_SWEEP (the sweep's concurrencies, 1,8,32,128).
@@ -27,8 +23,8 @@
 # PATH must import autotune's dependencies), the dummy 8B directory is written and checked,
 # and the sweep runs on the vLLM CPU build (AUTOTUNE_ENGINE__PYTHON) with the tiny model.
 # The database is SQLite in WAL mode: a campaign stopped by a time limit has its trials in
-# autotune.db-wal (one session copied autotune.db alone and lost a campaign so). The script
-# folds the WAL into autotune.db when it ends, a `timeout` stopping it included.
+# autotune.db-wal (a copy of autotune.db alone loses them). The script folds the WAL into
+# autotune.db when it ends, a `timeout` stopping it included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
