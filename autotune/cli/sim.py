@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -236,68 +236,34 @@ def fit_cpu_cmd(
     small batches, cpu_small_batch_seq_s) to a real sweep's decode step times less the step
     model's GPU time at the same batches; check it against the sweep's median TPOT; write the
     profile."""
-    import json
+    from autotune.measure.sim_tools import simulator_tools
 
-    from autotune.atomic import atomic_write_text
-    from autotune.domain.deployment import DeploymentSpec
-    from autotune.workers.sim.fit_cpu import check_record, fit_cpu, tpot_check
-    from autotune.workers.sim.profile import find_profile, load_profile, profile_filename, save_profile
-
-    try:
-        record = json.loads(sweep.read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{sweep}: cannot read a sweep's JSON ({exc})") from None
-    check_record(record, str(sweep))
-    if profile is not None and not profile.is_file():
-        raise ConfigError(f"--profile {profile}: no such file")
-    if out is not None and out.is_dir():
-        raise ConfigError(f"--out {out}: a directory; give a file name, e.g. "
-                          f"{out}/{profile_filename('GPU', 'MODEL', 2)}")
-    dep = DeploymentSpec.build(name="fit-cpu", model=record["model"], gpu=record["gpu"],
-                               gpu_count=record["gpu_count"],
-                               tensor_parallel_size=record["tensor_parallel_size"],
-                               max_model_len=record["max_model_len"])
-    base = (load_profile(profile) if profile else
-            find_profile(dep.gpu_info.name, dep.model_info.name, dep.gpu_info.device,
-                         Path(load_settings().sim.profile_dir)))
-    fit = fit_cpu(record, base, step_model=step_model, step_precision=step_precision,
-                  where=str(sweep))
-    check = tpot_check(record, {"before": base, "after": fit.profile}, step_model,
-                       step_precision)
-    source = (f"{base.source.strip()} CPU step cost ({', '.join(fit.fitted)}) fitted by "
-              f"`autotune sim fit-cpu` to {sweep.name}: real decode steps less the GPU time of "
-              f"{fit.step_model}; RMS residual {fit.rms_ms:.3f} ms")
-    fitted = dataclasses.replace(
-        fit.profile, version=base.version + 1, source=source,
-        fit={"kind": "fit-cpu", "sweep": sweep.name, **fit.summary(), "tpot_check": check})
-    if out is not None:
-        atomic_write_text(out, fitted.to_yaml())
-        written = out
-    else:
-        written = save_profile(fitted, Path(load_settings().sim.profile_dir))
-    c = fitted.coefficients
-    table = Table(title=f"CPU step cost of {dep.model_info.name} on {dep.gpu_info.name} from "
-                        f"{sweep.name} (GPU time: {fit.step_model})")
+    fit = simulator_tools().fit_cpu_cost(
+        sweep, step_model=step_model, step_precision=step_precision, profile=profile, out=out,
+        profile_dir=lambda: Path(load_settings().sim.profile_dir))
+    table = Table(title=f"CPU step cost of {fit.model} on {fit.gpu} from {sweep.name} "
+                        f"(GPU time: {fit.step_model})")
     for col in ("batch", "measured ms", "GPU ms", "fitted CPU ms", "used"):
         table.add_column(col, justify="right")
     for p in fit.points:
         table.add_row(str(p.batch), f"{p.measured_ms:.3f}", f"{p.gpu_ms:.3f}",
                       f"{p.cpu_ms:.3f}", "yes" if p.used else "GPU-bound")
     console.print(table)
-    console.print(f"cpu_step_s {c.cpu_step_s:.3e}, cpu_seq_s {c.cpu_seq_s:.3e}, "
-                  f"cpu_small_batch_seq_s {c.cpu_small_batch_seq_s:.3e} "
+    c = fit.coefficients
+    console.print(f"cpu_step_s {c['cpu_step_s']:.3e}, cpu_seq_s {c['cpu_seq_s']:.3e}, "
+                  f"cpu_small_batch_seq_s {c['cpu_small_batch_seq_s']:.3e} "
                   f"({'overlapped with the GPU' if fit.overlapped else 'added to the GPU time'}"
                   f"); RMS residual {fit.rms_ms:.3f} ms", highlight=False)
-    for row in check:
+    for row in fit.tpot_check:
         console.print(f"TPOT p50 at concurrency {row['max_concurrency']}: measured "
                       f"{row['measured_ms']:.2f} ms, simulated {row['before_ms']:.2f} before, "
                       f"{row['after_ms']:.2f} after", highlight=False)
     if fit.unmodelled_args:
         console.print("note: the simulator did not see these engine arguments of the sweep: "
                       + " ".join(fit.unmodelled_args), highlight=False)
-    console.print(f"wrote {written}", highlight=False)
+    console.print(f"wrote {fit.profile_path}", highlight=False)
     if as_json:
-        output.emit({"profile": str(written), **fit.summary(), "tpot_check": check})
+        output.emit({"profile": str(fit.profile_path), **fit.summary})
 
 
 kernels_app = typer.Typer(no_args_is_help=True,
@@ -332,52 +298,21 @@ def kernels_build(
     of decode and prefill batches and write one step-time table per layout. Needs the
     optional extra: pip install 'autotune[aiconfigurator]'. Offline: the simulator reads the
     tables, never the package."""
-    from autotune.domain import catalogue
-    from autotune.workers.sim.kernels_build import KernelsUnavailable, build_table, write_table
-    from autotune.workers.sim.kernels_compose import compose_table, routed_moe_part
-    from autotune.workers.sim.step_table import (
-        KV_FP8,
-        TABLES_DIR,
-        StepTable,
-        model_precision,
-        parse_layout,
-    )
+    from autotune.measure.sim_tools import simulator_tools
 
-    gpu_info, model_info = catalogue.gpu(gpu), catalogue.model(model)
-    try:
-        layouts = [parse_layout(p) for p in parallel]
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    if estimate_moe_from and precision and precision != model_precision(model_info):
-        raise ConfigError(f"--estimate-moe-from composes the checkpoint's own precision "
-                          f"({model_precision(model_info)}); drop --precision {precision}")
-    if kv_cache_dtype not in ("auto", KV_FP8):
-        raise ConfigError(f"--kv-cache-dtype {kv_cache_dtype}: tables are sampled at auto (the "
-                          f"model's default) or {KV_FP8}")
-    if estimate_moe_from and kv_cache_dtype != "auto":
-        raise ConfigError("--estimate-moe-from composes tables at the model's default KV cache; "
-                          "drop --kv-cache-dtype")
-    kv = "" if kv_cache_dtype == "auto" else kv_cache_dtype
-    try:  # every layout first, then write: a failure leaves nothing half-written
-        tables = []
-        for tp, dp, ep in layouts:
-            if estimate_moe_from:  # records the routed experts' share itself
-                tables.append(compose_table(gpu_info, model_info, tp, dp, ep, estimate_moe_from,
-                                            backend_version))
-                continue
-            table = build_table(gpu_info, model_info, tp, dp, ep, precision, backend_version, kv)
-            if dp > 1 and ep and model_info.num_experts:  # lockstep ranks share their experts
-                table = routed_moe_part(table, gpu_info, model_info, tp, dp, ep, backend_version)
-            tables.append(table)
-    except KernelsUnavailable as exc:
-        raise ConfigError(f"{exc}; the simulator keeps the roofline step model here") from None
-    for table in tables:
-        path = write_table(table, out or TABLES_DIR)
-        step = StepTable.from_dict(table)
-        console.print(f"{path}: decode of 1 / 32 / 256 sequences at 4096 context "
-                      f"{step.gpu_ms(1, 4096):.2f} / {step.gpu_ms(32, 32 * 4096):.2f} / "
-                      f"{step.gpu_ms(256, 256 * 4096):.2f} ms, prefill of 2048 / 8192 tokens "
-                      f"{step.gpu_ms(0, 0, 2048):.2f} / {step.gpu_ms(0, 0, 8192):.2f} ms")
+    written = simulator_tools().build_step_tables(
+        gpu, model, parallel, precision=precision, backend_version=backend_version, out=out,
+        estimate_moe_from=estimate_moe_from, kv_cache_dtype=kv_cache_dtype)
+    for t in written:
+        console.print(f"{t.path}: decode of {_slashed(t.decode_ms)} sequences at "
+                      f"{t.decode_context} context {_slashed(t.decode_ms.values(), '.2f')} ms, "
+                      f"prefill of {_slashed(t.prefill_ms)} tokens "
+                      f"{_slashed(t.prefill_ms.values(), '.2f')} ms")
+
+
+def _slashed(values: Iterable[object], spec: str = "") -> str:
+    """`1 / 32 / 256`: values side by side, each formatted by spec."""
+    return " / ".join(format(v, spec) for v in values)
 
 
 @kernels_app.command("fit-roofline")
@@ -395,28 +330,18 @@ def kernels_fit_roofline(
     coefficients (profiles/gpu.yaml) and with those fitted to the other models' tables: how
     the roofline does on a model that has no table. Reads only the committed tables; no
     optional extra needed."""
-    from autotune.atomic import atomic_write_text
-    from autotune.domain import catalogue
-    from autotune.workers.sim.profile import BUNDLED_GPU_FITS
-    from autotune.workers.sim.roofline_fit import fittable_gpus, fitted_profile
+    from autotune.measure.sim_tools import simulator_tools
 
-    names = [catalogue.gpu(g).name for g in gpu] if gpu else fittable_gpus()
-    profiles = [fitted_profile(name) for name in names]  # every fit first: all or nothing
-    folder = out or BUNDLED_GPU_FITS
-    for p in profiles:
-        assert p.fit is not None
-        path = folder / f"{p.gpu}.yaml"
-        folder.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, p.to_yaml())
-        before, after = p.fit["error_generic"], p.fit["error_fitted"]
-        console.print(f"{path}: {len(p.fit['tables'])} tables; step time off the tables (median "
-                      f"|%|, signed median): generic coefficients {before['ape_median']} "
-                      f"({before['signed_median']:+}), fitted {after['ape_median']} "
-                      f"({after['signed_median']:+})", highlight=False)
-        for model, row in p.fit["leave_one_model_out"].items():
+    fits = simulator_tools().fit_roofline(gpu or [], out)
+    for f in fits:
+        before, after = f.fit["error_generic"], f.fit["error_fitted"]
+        console.print(f"{f.profile_path}: {len(f.fit['tables'])} tables; step time off the "
+                      f"tables (median |%|, signed median): generic coefficients "
+                      f"{before['ape_median']} ({before['signed_median']:+}), fitted "
+                      f"{after['ape_median']} ({after['signed_median']:+})", highlight=False)
+        for model, row in f.fit["leave_one_model_out"].items():
             left_out = row.get("fitted_without_it")
             console.print(f"  {model}: generic {row['generic']['ape_median']}, fitted without "
                           f"it {left_out['ape_median'] if left_out else '-'}", highlight=False)
     if as_json:
-        output.emit({p.gpu: {"coefficients": dataclasses.asdict(p.coefficients), "fit": p.fit}
-                     for p in profiles})
+        output.emit({f.gpu: {"coefficients": f.coefficients, "fit": f.fit} for f in fits})

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import ClassVar
 
 from autotune.domain.deployment import DeploymentSpec
 from autotune.domain.engine_config import EngineConfig
 from autotune.domain.records import CalibrationResult, Measurement, ReplayResult
 from autotune.errors import ConfigError
 from autotune.measure.backends import EngineBackend
+from autotune.measure.sim_tools import SimulatorTools
 from autotune.settings import get_settings
 from autotune.traffic.trace import Trace
+from autotune.workers.sim import tools as offline_tools
 from autotune.workers.sim.calibrate import calibrate
 from autotune.workers.sim.closed_loop import CLIENT_STARTS
 from autotune.workers.sim.engine import replay, replay_trace_closed_loop, start_perf
@@ -50,6 +53,9 @@ class SimulatorBackend(EngineBackend):
 
     name = "sim"
     simulated = True
+    # The offline tools (sim fit-cpu, sim kernels build / fit-roofline), here so that a front
+    # end finds them through the backend's entry point and never imports the workers.
+    tools: ClassVar[SimulatorTools] = offline_tools
 
     def __init__(self, skip_decode_runs: bool = True, profile: str | None = None,
                  cpu_kvcache_space_gib: float = 1.0, replay_delay_s: float = 0.0,

@@ -22,7 +22,6 @@ fitted profile.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +33,7 @@ from autotune.domain.engine_config import EngineConfig
 from autotune.domain.step_timings import StepTime, steps_from_json
 from autotune.errors import ConfigError, SettingError
 from autotune.measure.metrics import summarize
+from autotune.measure.sim_tools import StepPoint
 from autotune.measure.sweep import RECORD_KIND, SweepLoad
 from autotune.workers.sim.engine import replay_closed_loop, start_perf
 from autotune.workers.sim.perf import PerfModel
@@ -45,16 +45,6 @@ from autotune.workers.sim.step_table import ROOFLINE, layout_name, model_precisi
 CPU_BOUND_MARGIN = 0.05
 # Engine arguments the simulator needs no model of: how the weights are loaded.
 NEUTRAL_ARGS = ("--load-format",)
-
-
-@dataclass(frozen=True)
-class StepPoint:
-    batch: int
-    kv_tokens: float
-    measured_ms: float
-    gpu_ms: float
-    used: bool  # fitted (False: overlapped and GPU-bound, an upper bound only)
-    cpu_ms: float = math.nan  # the fitted profile's CPU time at this batch
 
 
 @dataclass(frozen=True)
@@ -78,7 +68,8 @@ class CpuFit:
                 "unmodelled_engine_args": list(self.unmodelled_args)}
 
 
-def _engine(record: dict[str, Any]) -> tuple[DeploymentSpec, EngineConfig]:
+def sweep_engine(record: dict[str, Any]) -> tuple[DeploymentSpec, EngineConfig]:
+    """The deployment and engine arguments the sweep ran."""
     dep = DeploymentSpec.build(name="fit-cpu", model=record["model"], gpu=record["gpu"],
                                gpu_count=record["gpu_count"],
                                tensor_parallel_size=record["tensor_parallel_size"],
@@ -107,7 +98,7 @@ def start_model(record: dict[str, Any], profile: Profile, step_model: str,
                 step_precision: str | None) -> tuple[PerfModel, str]:
     """The simulated engine of the record's deployment and arguments, with GPU step times from
     `step_model`, and the label saying which ran."""
-    dep, config = _engine(record)
+    dep, config = sweep_engine(record)
     shape = engine_shape(config, dep)
     if shape.data_parallel_size > 1:
         raise ConfigError("fit-cpu fits one engine's steps; this sweep ran data parallel ranks")
