@@ -49,6 +49,7 @@ import math
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from itertools import islice
+from typing import NamedTuple
 
 import numpy as np
 
@@ -58,6 +59,19 @@ from autotune.workers.sim.perf import PerfModel, RankBatch
 MIN_RUN = 2  # a run of one step is just a step
 HORIZON_STEPS = 1 << 62
 INF = float("inf")
+
+
+class _RunningShare(NamedTuple):
+    """The running requests' share of the step being built (`_Rank.schedule`)."""
+
+    decode_seqs: int
+    decode_kv_tokens: int
+    prefill_seqs: int
+    prefill_tokens: int
+    prefill_attn_pairs: float
+    budget: int  # tokens left for waiting requests
+    preempted: bool  # one was: no waiting request is admitted this step
+    skipped: bool  # the budget ran out before the last running request
 
 
 class _Req:
@@ -387,20 +401,31 @@ class _Rank:
     def schedule(self, clock: float) -> RankBatch | None:
         """Build the step starting at `clock` (arrivals up to it are in `waiting`; those after
         `admit_cutoff` wait another step): the batch, or None if nothing could be scheduled."""
-        running, waiting = self.running, self.waiting
         cutoff = self.admit_cutoff(clock)
-        long_cap = self.threshold if len(running) + len(waiting) > 1 else self.budget_max
-        lazily = self._schedule_lazily(long_cap)
-        self._lazy_step = lazily is not None
-        if lazily is None:
+        long_cap = (self.threshold if len(self.running) + len(self.waiting) > 1
+                    else self.budget_max)
+        share = self._schedule_lazily(long_cap)
+        self._lazy_step = share is not None
+        if share is None:
             self._settle()
-            (budget, preempted, skipped, decode_seqs, decode_kv, prefill_seqs, prefill_tokens,
-             pairs) = self._schedule_one_by_one(long_cap)
-        else:
-            budget, decode_seqs, decode_kv, prefill_seqs, prefill_tokens, pairs = lazily
-            preempted = skipped = False
-        scheduled = decode_seqs + prefill_seqs
-        while waiting and not preempted and len(running) < self.max_seqs and budget > 0:
+            share = self._schedule_one_by_one(long_cap)
+        batch = self._admit(share, clock, cutoff, long_cap)
+        self._scheduled = scheduled = batch.decode_seqs + batch.prefill_seqs
+        self._skipped = share.skipped
+        if not scheduled:
+            if not self._lazy_step:
+                self._relazify()
+            return None
+        return batch
+
+    def _admit(self, share: _RunningShare, clock: float, cutoff: float, long_cap: int
+               ) -> RankBatch:
+        """Admit waiting requests that arrived by `cutoff` into what the running ones left of
+        the step (none after a preemption), while seats, tokens and blocks last: the batch."""
+        running, waiting = self.running, self.waiting
+        budget, prefill_seqs = share.budget, share.prefill_seqs
+        prefill_tokens, pairs = share.prefill_tokens, share.prefill_attn_pairs
+        while waiting and not share.preempted and len(running) < self.max_seqs and budget > 0:
             r = waiting[0]
             if r.arrival > cutoff:
                 break
@@ -422,25 +447,18 @@ class _Rank:
             r.running = True
             if r.sched_s != r.sched_s:  # NaN: first time scheduled
                 r.sched_s = clock
-            scheduled += 1
             prefill_seqs += 1  # a waiting request always has prompt left to compute
             prefill_tokens += need
             pairs += need * (r.computed + need / 2)
             r.chunk = need
-        self._scheduled, self._skipped = scheduled, skipped
-        if not scheduled:
-            if not self._lazy_step:
-                self._relazify()
-            return None
-        return RankBatch(decode_seqs, decode_kv, prefill_tokens, prefill_seqs, pairs)
+        return RankBatch(share.decode_seqs, share.decode_kv_tokens, prefill_tokens, prefill_seqs,
+                         pairs)
 
-    def _schedule_lazily(self, long_cap: int
-                         ) -> tuple[int, int, int, int, int, float] | None:
+    def _schedule_lazily(self, long_cap: int) -> _RunningShare | None:
         """The running requests' share of the step where nothing needs them one by one: no
         stragglers, every lazy decode before every prompt in running order, the budget and the
-        free blocks enough for all. Returns the budget left, decodes, their context tokens,
-        prompts, their tokens and attention pairs; None where the step must be taken one by one
-        (nothing changed but the block heap, which _settle rebuilds)."""
+        free blocks enough for all. None where the step must be taken one by one (nothing
+        changed but the block heap, which _settle rebuilds)."""
         prefilling = self.prefilling
         if (not self.lazy_decodes or self.stragglers
                 or (prefilling and prefilling[0].seq < self._lazy_seq_max)):
@@ -475,13 +493,12 @@ class _Rank:
                 self._take(r, extra)
             tokens += r.chunk
             pairs += r.chunk * (r.computed + r.chunk / 2)
-        return budget, decodes, self.lazy_kv, len(prefilling), tokens, pairs
+        return _RunningShare(decodes, self.lazy_kv, len(prefilling), tokens, pairs, budget,
+                             False, False)
 
-    def _schedule_one_by_one(self, long_cap: int
-                             ) -> tuple[int, bool, bool, int, int, int, int, float]:
+    def _schedule_one_by_one(self, long_cap: int) -> _RunningShare:
         """The running requests' share of the step, one request at a time in running order, as
-        vLLM's scheduler walks them: budget left, whether any was preempted or skipped,
-        decodes, their context tokens, prompts, their tokens and attention pairs."""
+        vLLM's scheduler walks them."""
         running = self.running
         budget = self.budget_max
         preempted = skipped = False
@@ -516,8 +533,8 @@ class _Rank:
                 prefill_tokens += need
                 pairs += need * (computed + need / 2)
                 r.chunk = need
-        return (budget, preempted, skipped, decode_seqs, decode_kv, prefill_seqs, prefill_tokens,
-                pairs)
+        return _RunningShare(decode_seqs, decode_kv, prefill_seqs, prefill_tokens, pairs, budget,
+                             preempted, skipped)
 
     def complete(self, batch: RankBatch, step_start: float, clock: float) -> None:
         """The step scheduled at step_start ends at `clock`: its tokens are out."""
