@@ -226,6 +226,15 @@ class _Rank:
         if self.free < self.low_free:
             self.low_free = self.free
 
+    def _grow_to(self, r: _Req, tokens: int) -> None:
+        """Running request r takes the blocks its `tokens` context tokens have outgrown (it
+        holds its fixed blocks already)."""
+        extra = math.ceil((tokens - r.cap) / self.bs)
+        r.cap += extra * self.bs
+        r.private += extra
+        self.free -= extra
+        self._after_alloc()
+
     def _release(self, r: _Req) -> None:
         self.free += r.private
         for h in r.shared:
@@ -238,6 +247,11 @@ class _Rank:
         r.running = False
         self._release(r)
         self.finished += 1
+
+    def _retire(self, r: _Req, clock: float) -> None:
+        """r's last token came at `clock`: it finishes and leaves `running`."""
+        self._finish(r, clock)
+        del self.running[r]
 
     def _preempt(self, victim: _Req) -> None:
         """Recompute: victim (already taken off `running`) goes back to the front of the queue."""
@@ -553,46 +567,26 @@ class _Rank:
         self.lazy_kv += decodes
         if decodes:
             if step_start == self.lazy_last:
-                self.shared_gaps.append(clock - step_start)
-                self.shared_counts.append(decodes)
+                self._shared_gap(clock - step_start, decodes)
             else:  # they missed the steps between (a lockstep rank that could not schedule)
                 self.single_gaps.extend([clock - self.lazy_last] * decodes)
         self.lazy_last = clock
-        running = self.running
         if self._finishes and self._finishes[0][0] <= tick:
             for r in self._due(self._finishes, tick):  # in running order: ties go by seq
                 self._end(r, clock)
         mid_prompt = []
         for r in self.prefilling:
-            r.computed = computed = r.computed + r.chunk
-            if computed < r.prefill_len:
+            left = self._chunk_done(r, clock)
+            if left is None:
                 mid_prompt.append(r)
-                continue  # a prefill chunk that does not finish the prompt emits nothing
-            if self._prompt_done(r, clock) <= 0:
-                self._finish(r, clock)
-                del running[r]
-            else:
+            elif left > 0:
                 self._join(r)
         self.prefilling = mid_prompt
         self.mid_prefill, self.k, self.kv = bool(mid_prompt), self._next_finish(), self.lazy_kv
 
-    def _prompt_done(self, r: _Req, clock: float) -> int:
-        """r's prompt (or, after a preemption, its recomputation) is computed at `clock`: its
-        blocks join the prefix cache and it emits a token. Returns the tokens it has left."""
-        if self.caching and not r.registered:
-            self._register(r)
-        if r.generated == 0:
-            r.first_s = clock
-        else:
-            self.single_gaps.append(clock - r.last_s)
-        r.last_s = clock
-        r.generated += 1
-        return r.target - r.generated
-
     def _complete_one_by_one(self, batch: RankBatch, step_start: float, clock: float) -> None:
         """A step built by _schedule_one_by_one, its requests walked in running order."""
         running, scheduled, skipped = self.running, self._scheduled, self._skipped
-        done = []
         mid_prefill = False
         after_previous_step = 0  # decodes whose last token came at step_start: one shared gap
         single_gaps = self.single_gaps
@@ -612,32 +606,54 @@ class _Rank:
                 r.generated = generated = r.generated + 1
                 left = r.target - generated
                 if left <= 0:
-                    self._finish(r, clock)
-                    done.append(r)
+                    self._retire(r, clock)
                     kv -= computed
                 elif left < k:
                     k = left
                 continue
-            r.computed = computed = computed + r.chunk
-            if computed < r.prefill_len:
+            after_prompt = self._chunk_done(r, clock)
+            if after_prompt is None:
                 mid_prefill = True
-                continue  # a prefill chunk that does not finish the prompt emits nothing
-            left = self._prompt_done(r, clock)
-            if left <= 0:
-                self._finish(r, clock)
-                done.append(r)
-            else:
-                if left < k:
-                    k = left
-                kv += computed
+            elif after_prompt > 0:
+                if after_prompt < k:
+                    k = after_prompt
+                kv += r.computed
         if after_previous_step:
-            self.shared_gaps.append(clock - step_start)
-            self.shared_counts.append(after_previous_step)
-        for r in done:
-            del running[r]
+            self._shared_gap(clock - step_start, after_previous_step)
         self.mid_prefill, self.k, self.kv = mid_prefill, k, kv
         if skipped:  # some running requests were not in this step
             self._run_state()
+
+    def _chunk_done(self, r: _Req, clock: float) -> int | None:
+        """r computed its prompt chunk of the step that ended at `clock`. None while its prompt
+        is unfinished (such a chunk emits nothing); else the tokens it has left after the one
+        the prompt's end emits (_prompt_done), and with none left it retires."""
+        r.computed = computed = r.computed + r.chunk
+        if computed < r.prefill_len:
+            return None
+        left = self._prompt_done(r, clock)
+        if left <= 0:
+            self._retire(r, clock)
+        return left
+
+    def _prompt_done(self, r: _Req, clock: float) -> int:
+        """r's prompt (or, after a preemption, its recomputation) is computed at `clock`: its
+        blocks join the prefix cache and it emits a token. Returns the tokens it has left."""
+        if self.caching and not r.registered:
+            self._register(r)
+        if r.generated == 0:
+            r.first_s = clock
+        else:
+            self.single_gaps.append(clock - r.last_s)
+        r.last_s = clock
+        r.generated += 1
+        return r.target - r.generated
+
+    def _shared_gap(self, gap: float, decodes: int) -> None:
+        """One step's inter-token gap, seen by `decodes` sequences that decoded in the step
+        before it too."""
+        self.shared_gaps.append(gap)
+        self.shared_counts.append(decodes)
 
     def run_steps(self) -> int:
         """How many decode-only steps this rank can take in one go (0: none): nobody is
@@ -695,32 +711,23 @@ class _Rank:
 
     def _grow(self, r: _Req) -> None:
         """A lazy decode takes the blocks its context has outgrown."""
-        extra = math.ceil((r.computed + self.tick - r.t0 - r.cap) / self.bs)
-        r.cap += extra * self.bs
-        r.private += extra
-        self.free -= extra
-        self._after_alloc()
+        self._grow_to(r, r.computed + self.tick - r.t0)
 
     def _end(self, r: _Req, clock: float) -> None:
         """A lazy decode's last token came at `clock`."""
         self._leave(r)
-        self._finish(r, clock)
-        del self.running[r]
+        self._retire(r, clock)
 
     def _advance_one_by_one(self, steps: int, clock: float) -> None:
-        bs, running = self.bs, self.running
+        running = self.running
         k, kv = HORIZON_STEPS, self.kv + len(running) * steps
         done = []
         for r in running:
             r.computed = computed = r.computed + steps
             r.generated = generated = r.generated + steps
             r.last_s = clock
-            if computed > r.cap:  # a running request holds its fixed blocks already
-                grow = math.ceil((computed - r.cap) / bs)
-                r.cap += grow * bs
-                r.private += grow
-                self.free -= grow
-                self._after_alloc()
+            if computed > r.cap:
+                self._grow_to(r, computed)
             left = r.target - generated
             if left <= 0:
                 self._finish(r, clock)
