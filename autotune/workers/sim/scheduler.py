@@ -96,8 +96,8 @@ class _Req:
         self.registered = not hashes  # nothing to cache for a request without hashes
         self.chunk = 0  # prompt tokens it computes in the step being built
         self.seq = 0  # its place in `running` (admission order)
-        # A lazy decode (see _Rank): computed, generated and last_s as of rank tick t0; its
-        # heap entries carry `stamp` and go stale when it changes.
+        # A lazy decode (see _LazyDecodes): computed, generated and last_s as of its rank's
+        # tick t0; its heap entries carry `stamp` and go stale when it changes.
         self.lazy = False
         self.t0 = self.stamp = 0
 
@@ -143,6 +143,104 @@ class _PrefixCache:
             truly_free += self.blocks_per_hash
 
 
+_Entry = tuple[int, int, int, _Req]  # (tick, seq, stamp, request): ties go in running order
+
+
+class _LazyDecodes:
+    """One rank's lazy decodes (module docstring, "Speed"): the running requests that decoded in
+    the last step, advancing together by one token a step without being touched. A lazy
+    decode's counters (computed, generated, last_s) are as of tick t0; its heap entries carry
+    its stamp and go stale when that changes."""
+
+    __slots__ = ("tick", "n", "kv", "last", "newest_seq", "_finishes", "_blocks")
+
+    def __init__(self) -> None:
+        self.tick = 0  # the steps they have taken
+        self.n = self.kv = 0  # how many there are, and their context tokens
+        self.last = float("nan")  # the end of their last step
+        self.newest_seq = -1  # the newest one's seq (at least)
+        self._finishes: list[_Entry] = []  # by the tick of its last token
+        self._blocks: list[_Entry] = []  # by the tick it needs a block (join)
+
+    def context(self, r: _Req) -> int:
+        """r's context tokens now: a lazy decode's counters lag by the steps since it joined."""
+        return r.computed + self.tick - r.t0 if r.lazy else r.computed
+
+    def join(self, r: _Req) -> None:
+        """r decoded in the step that just ended: from now on it advances without being touched.
+        Its block entry's tick is the first at which it needs a block before a step
+        (_Rank._schedule_lazily), and the last at which it needs none after a run of steps
+        (_Rank.advance)."""
+        r.lazy, r.t0 = True, self.tick
+        r.stamp = stamp = r.stamp + 1
+        heapq.heappush(self._finishes, (self.tick + r.target - r.generated, r.seq, stamp, r))
+        self.push_block(r)
+        self.n += 1
+        self.kv += r.computed
+        if r.seq > self.newest_seq:
+            self.newest_seq = r.seq
+
+    def leave(self, r: _Req) -> None:
+        """Bring a lazy decode's counters up to date; its heap entries go stale."""
+        d = self.tick - r.t0
+        if d:
+            r.computed += d
+            r.generated += d
+            r.last_s = self.last
+        r.lazy = False
+        r.stamp += 1
+        self.n -= 1
+        self.kv -= r.computed
+
+    def settle(self, running: dict[_Req, None]) -> None:
+        """Every lazy decode among `running` leaves: none is left."""
+        for r in running:
+            if r.lazy:
+                self.leave(r)
+        self._finishes.clear()
+        self._blocks.clear()
+        self.newest_seq = -1
+
+    def stepped(self, steps: int, clock: float) -> None:
+        """They all took `steps` more steps, the last ending at `clock`."""
+        self.tick += steps
+        self.kv += self.n * steps
+        self.last = clock
+
+    def push_block(self, r: _Req) -> None:
+        """r's block entry (join), unless the blocks it holds take it to its last token."""
+        if r.computed + r.target - r.generated > r.cap:  # both counters lag alike
+            heapq.heappush(self._blocks, (r.t0 + math.floor(r.cap - r.computed), r.seq, r.stamp, r))
+
+    def pop_block_needs(self, through: int) -> list[_Req]:
+        """Take out the lazy decodes whose block entry's tick is `through` or before."""
+        heap = self._blocks
+        return _pop_live(heap, through) if heap and heap[0][0] <= through else []
+
+    def pop_finishes(self, through: int) -> list[_Req]:
+        """Take out the lazy decodes whose last token comes at tick `through` or before."""
+        heap = self._finishes
+        return _pop_live(heap, through) if heap and heap[0][0] <= through else []
+
+    def next_finish(self) -> int:
+        """The fewest tokens a lazy decode has left (HORIZON_STEPS if none)."""
+        heap = self._finishes
+        while heap and (not heap[0][3].lazy or heap[0][2] != heap[0][3].stamp):
+            heapq.heappop(heap)
+        return heap[0][0] - self.tick if heap else HORIZON_STEPS
+
+
+def _pop_live(heap: list[_Entry], through: int) -> list[_Req]:
+    """Pop a heap's entries up to tick `through`: their requests, in order, where still live
+    (stale entries are dropped)."""
+    out = []
+    while heap and heap[0][0] <= through:
+        _, _, stamp, r = heapq.heappop(heap)
+        if r.lazy and stamp == r.stamp:
+            out.append(r)
+    return out
+
+
 class _Rank:
     """One engine core's scheduler (the whole engine, or one DP rank): its queue, running
     requests, KV blocks and prefix cache, and the inter-token gaps it has seen."""
@@ -177,17 +275,11 @@ class _Rank:
         # After a step, over the requests still running: whether one is mid-prefill, the fewest
         # tokens one has left to generate, and their context tokens (decode runs start from it).
         self.mid_prefill, self.k, self.kv = False, HORIZON_STEPS, 0
-        # Lazy decodes (module docstring, "Speed"): every running request that decoded in the
-        # last step advances by one token a step without being touched. `tick` counts the
-        # steps they have taken; `lazy_kv` is their context tokens, `lazy_last` the end of
-        # their last step. Two heaps say when one finishes and when one needs a block.
-        self.tick = self.lazy_n = self.lazy_kv = 0
-        self.lazy_last = float("nan")
-        self._finishes: list[tuple[int, int, int, _Req]] = []  # (tick, seq, stamp, request)
-        self._blocks: list[tuple[int, int, int, _Req]] = []  # (tick it needs one, ...)
-        self.prefilling: list[_Req] = []  # the running requests mid-prompt, in running order
-        self.stragglers = 0  # running decodes that are not lazy (they missed the last step)
-        self._lazy_seq_max = -1  # the newest lazy decode's seq (at least)
+        # The running requests fall in three: the lazy decodes, the prompts being computed and
+        # the stragglers (decodes that missed the last step, out of token budget).
+        self.lazy = _LazyDecodes()
+        self.prefilling: list[_Req] = []  # in running order
+        self.stragglers = 0
         self._seq = 0
         self._lazy_step = False  # whether the step being built was built lazily
 
@@ -330,77 +422,33 @@ class _Rank:
 
     # --- lazy decodes ------------------------------------------------------------------------
 
-    def _computed(self, r: _Req) -> int:
-        """r's context tokens now: a lazy decode's counters lag by the steps since it joined."""
-        return r.computed + self.tick - r.t0 if r.lazy else r.computed
-
-    def _join(self, r: _Req) -> None:
-        """r decoded in the step that just ended: from now on it advances without being touched.
-        Its block entry's tick is the first at which it needs a block before a step
-        (_schedule_lazily), and the last at which it needs none after a run of steps (advance)."""
-        r.lazy, r.t0 = True, self.tick
-        r.stamp = stamp = r.stamp + 1
-        heapq.heappush(self._finishes, (self.tick + r.target - r.generated, r.seq, stamp, r))
-        self._push_block(r)
-        self.lazy_n += 1
-        self.lazy_kv += r.computed
-        if r.seq > self._lazy_seq_max:
-            self._lazy_seq_max = r.seq
-
-    def _leave(self, r: _Req) -> None:
-        """Bring a lazy decode's counters up to date; its heap entries go stale."""
-        d = self.tick - r.t0
-        if d:
-            r.computed += d
-            r.generated += d
-            r.last_s = self.lazy_last
-        r.lazy = False
-        r.stamp += 1
-        self.lazy_n -= 1
-        self.lazy_kv -= r.computed
-
     def _settle(self) -> None:
         """Every request up to date, for a step taken one request at a time."""
-        for r in self.running:
-            if r.lazy:
-                self._leave(r)
-        self._finishes.clear()
-        self._blocks.clear()
+        self.lazy.settle(self.running)
         self.prefilling = []
 
     def _relazify(self) -> None:
         """After a step or run taken one request at a time: the decodes that took it go lazy
         again; those it skipped (out of token budget) are stragglers until they step."""
-        self.prefilling, self.stragglers, self._lazy_seq_max = [], 0, -1
+        lazy, clock = self.lazy, self.clock
+        self.prefilling, self.stragglers = [], 0
         for r in self.running:
             if r.computed < r.prefill_len:
                 self.prefilling.append(r)
-            elif r.last_s == self.clock:
-                self._join(r)
+            elif r.last_s == clock:
+                lazy.join(r)
             else:
                 self.stragglers += 1
-        self.lazy_last = self.clock
+        lazy.last = clock
 
-    def _due(self, heap: list[tuple[int, int, int, _Req]], last_tick: int) -> list[_Req]:
-        """Pop the live entries of a heap up to last_tick (stale ones are dropped)."""
-        out = []
-        while heap and heap[0][0] <= last_tick:
-            _, _, stamp, r = heapq.heappop(heap)
-            if r.lazy and stamp == r.stamp:
-                out.append(r)
-        return out
+    def _grow(self, r: _Req) -> None:
+        """A lazy decode takes the blocks its context has outgrown."""
+        self._grow_to(r, self.lazy.context(r))
 
-    def _push_block(self, r: _Req) -> None:
-        """r's block entry (_join), unless the blocks it holds take it to its last token."""
-        if r.computed + r.target - r.generated > r.cap:  # both counters lag alike
-            heapq.heappush(self._blocks, (r.t0 + math.floor(r.cap - r.computed), r.seq, r.stamp, r))
-
-    def _next_finish(self) -> int:
-        """The fewest tokens a lazy decode has left (HORIZON_STEPS if none)."""
-        heap = self._finishes
-        while heap and (not heap[0][3].lazy or heap[0][2] != heap[0][3].stamp):
-            heapq.heappop(heap)
-        return heap[0][0] - self.tick if heap else HORIZON_STEPS
+    def _end(self, r: _Req, clock: float) -> None:
+        """A lazy decode's last token came at `clock`."""
+        self.lazy.leave(r)
+        self._retire(r, clock)
 
     # --- one step --------------------------------------------------------------------------
 
@@ -473,16 +521,16 @@ class _Rank:
         stragglers, every lazy decode before every prompt in running order, the budget and the
         free blocks enough for all. None where the step must be taken one by one (nothing
         changed but the block heap, which _settle rebuilds)."""
-        prefilling = self.prefilling
+        prefilling, lazy = self.prefilling, self.lazy
         if (not self.lazy_decodes or self.stragglers
-                or (prefilling and prefilling[0].seq < self._lazy_seq_max)):
+                or (prefilling and prefilling[0].seq < lazy.newest_seq)):
             return None
-        decodes, tick = self.lazy_n, self.tick
+        decodes, tick = lazy.n, lazy.tick
         budget = self.budget_max - decodes
         if budget < 0:
             return None
         # Decodes whose next token needs a new block, and each prompt's next chunk.
-        due = self._due(self._blocks, tick) if self._blocks and self._blocks[0][0] <= tick else []
+        due = lazy.pop_block_needs(tick)
         grow = [self._extra_blocks(r, r.computed + tick - r.t0 + 1) for r in due]
         need_blocks = sum(grow)
         chunks = []
@@ -499,7 +547,7 @@ class _Rank:
             return None  # someone would be preempted
         for r, extra in zip(due, grow, strict=True):
             self._take(r, extra)
-            self._push_block(r)
+            lazy.push_block(r)
         pairs = 0.0
         tokens = 0
         for r, extra in zip(prefilling, chunks, strict=True):
@@ -507,7 +555,7 @@ class _Rank:
                 self._take(r, extra)
             tokens += r.chunk
             pairs += r.chunk * (r.computed + r.chunk / 2)
-        return _RunningShare(decodes, self.lazy_kv, len(prefilling), tokens, pairs, budget,
+        return _RunningShare(decodes, lazy.kv, len(prefilling), tokens, pairs, budget,
                              False, False)
 
     def _schedule_one_by_one(self, long_cap: int) -> _RunningShare:
@@ -562,27 +610,25 @@ class _Rank:
     def _complete_lazily(self, step_start: float, clock: float) -> None:
         """A step built by _schedule_lazily: every lazy decode took one token (one shared gap),
         those whose last token it was finish, and the prompts are handled one by one."""
-        decodes = self.lazy_n
-        self.tick = tick = self.tick + 1
-        self.lazy_kv += decodes
+        lazy = self.lazy
+        decodes = lazy.n
         if decodes:
-            if step_start == self.lazy_last:
+            if step_start == lazy.last:
                 self._shared_gap(clock - step_start, decodes)
             else:  # they missed the steps between (a lockstep rank that could not schedule)
-                self.single_gaps.extend([clock - self.lazy_last] * decodes)
-        self.lazy_last = clock
-        if self._finishes and self._finishes[0][0] <= tick:
-            for r in self._due(self._finishes, tick):  # in running order: ties go by seq
-                self._end(r, clock)
+                self.single_gaps.extend([clock - lazy.last] * decodes)
+        lazy.stepped(1, clock)
+        for r in lazy.pop_finishes(lazy.tick):  # in running order: ties go by seq
+            self._end(r, clock)
         mid_prompt = []
         for r in self.prefilling:
             left = self._chunk_done(r, clock)
             if left is None:
                 mid_prompt.append(r)
             elif left > 0:
-                self._join(r)
+                lazy.join(r)
         self.prefilling = mid_prompt
-        self.mid_prefill, self.k, self.kv = bool(mid_prompt), self._next_finish(), self.lazy_kv
+        self.mid_prefill, self.k, self.kv = bool(mid_prompt), lazy.next_finish(), lazy.kv
 
     def _complete_one_by_one(self, batch: RankBatch, step_start: float, clock: float) -> None:
         """A step built by _schedule_one_by_one, its requests walked in running order."""
@@ -670,7 +716,7 @@ class _Rank:
         # Memory: stop before the first step whose new blocks no longer fit (each sequence
         # needs at most k // bs + 1 new blocks; the exact count only when that may not fit).
         if len(running) * (k // self.bs + 1) > self.free:
-            k = _steps_that_fit([r.cap - self._computed(r) for r in running], k, self.free,
+            k = _steps_that_fit([r.cap - self.lazy.context(r) for r in running], k, self.free,
                                 self.bs)
         return k if k >= MIN_RUN else 0
 
@@ -683,15 +729,14 @@ class _Rank:
             self._advance_one_by_one(steps, clock)
             self._relazify()
             return
-        self.tick = tick = self.tick + steps
-        self.lazy_kv += self.lazy_n * steps
-        self.lazy_last = clock
-        # Those that outgrew their blocks (_join: past their entry's tick) and those that
+        lazy = self.lazy
+        lazy.stepped(steps, clock)
+        tick = lazy.tick
+        # Those that outgrew their blocks (join: past their entry's tick) and those that
         # finished (all at this tick: a run ends at the first finish), each in running order;
         # where there are both, blocks are taken and freed in running order, as one by one.
-        blocks, finishes = self._blocks, self._finishes
-        grow = self._due(blocks, tick - 1) if blocks and blocks[0][0] < tick else []
-        done = self._due(finishes, tick) if finishes and finishes[0][0] <= tick else []
+        grow = lazy.pop_block_needs(tick - 1)
+        done = lazy.pop_finishes(tick)
         if grow and done:
             growing, ending = set(grow), set(done)
             for r in sorted(growing | ending, key=_by_seq):
@@ -700,23 +745,14 @@ class _Rank:
                 if r in ending:
                     self._end(r, clock)
                 else:
-                    self._push_block(r)
+                    lazy.push_block(r)
         else:
             for r in grow:
                 self._grow(r)
-                self._push_block(r)
+                lazy.push_block(r)
             for r in done:
                 self._end(r, clock)
-        self.k, self.kv = self._next_finish(), self.lazy_kv
-
-    def _grow(self, r: _Req) -> None:
-        """A lazy decode takes the blocks its context has outgrown."""
-        self._grow_to(r, r.computed + self.tick - r.t0)
-
-    def _end(self, r: _Req, clock: float) -> None:
-        """A lazy decode's last token came at `clock`."""
-        self._leave(r)
-        self._retire(r, clock)
+        self.k, self.kv = lazy.next_finish(), lazy.kv
 
     def _advance_one_by_one(self, steps: int, clock: float) -> None:
         running = self.running
