@@ -49,7 +49,6 @@ import math
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from itertools import islice
-from typing import NamedTuple
 
 import numpy as np
 
@@ -59,19 +58,6 @@ from autotune.workers.sim.perf import PerfModel, RankBatch
 MIN_RUN = 2  # a run of one step is just a step
 HORIZON_STEPS = 1 << 62
 INF = float("inf")
-
-
-class _RunningShare(NamedTuple):
-    """The running requests' share of the step being built (`_Rank.schedule`)."""
-
-    decode_seqs: int
-    decode_kv_tokens: int
-    prefill_seqs: int
-    prefill_tokens: int
-    prefill_attn_pairs: float
-    budget: int  # tokens left for waiting requests
-    preempted: bool  # one was: no waiting request is admitted this step
-    skipped: bool  # the budget ran out before the last running request
 
 
 class _Req:
@@ -393,20 +379,17 @@ class _Rank:
             r.cap = r.shared_blocks * self.bs
             r.computed = hit_tokens
 
-    def _make_room(self, r: _Req, extra: int) -> bool:
+    def _make_room(self, r: _Req, extra: int) -> None:
         """Give running request r `extra` more blocks, preempting the newest running requests
-        (perhaps r itself) while they do not fit. Returns whether any was preempted."""
+        (perhaps r itself) while they do not fit."""
         running = self.running
-        preempted = False
         while extra > self.free and running:
             victim = running.popitem()[0]  # the newest running request
             self._preempt(victim)
-            preempted = True
             if victim is r:
                 break
         if r.running:
             self._take(r, extra)
-        return preempted
 
     def _run_state(self) -> None:
         """mid_prefill, k and kv recomputed over all running requests."""
@@ -466,28 +449,31 @@ class _Rank:
         cutoff = self.admit_cutoff(clock)
         long_cap = (self.threshold if len(self.running) + len(self.waiting) > 1
                     else self.budget_max)
-        share = self._schedule_lazily(long_cap)
-        self._lazy_step = share is not None
-        if share is None:
+        preemptions = self.preemptions
+        self._skipped = False
+        batch = self._schedule_lazily(long_cap)
+        self._lazy_step = batch is not None
+        if batch is None:
             self._settle()
-            share = self._schedule_one_by_one(long_cap)
-        batch = self._admit(share, clock, cutoff, long_cap)
+            batch = self._schedule_one_by_one(long_cap)
+        if self.preemptions == preemptions:  # a step that preempts admits nobody
+            batch = self._admit(batch, clock, cutoff, long_cap)
         self._scheduled = scheduled = batch.decode_seqs + batch.prefill_seqs
-        self._skipped = share.skipped
         if not scheduled:
             if not self._lazy_step:
                 self._relazify()
             return None
         return batch
 
-    def _admit(self, share: _RunningShare, clock: float, cutoff: float, long_cap: int
+    def _admit(self, batch: RankBatch, clock: float, cutoff: float, long_cap: int
                ) -> RankBatch:
-        """Admit waiting requests that arrived by `cutoff` into what the running ones left of
-        the step (none after a preemption), while seats, tokens and blocks last: the batch."""
+        """Waiting requests that arrived by `cutoff` join the running requests' batch while
+        seats, tokens and blocks last: the step's batch (the same one where none joins)."""
         running, waiting = self.running, self.waiting
-        budget, prefill_seqs = share.budget, share.prefill_seqs
-        prefill_tokens, pairs = share.prefill_tokens, share.prefill_attn_pairs
-        while waiting and not share.preempted and len(running) < self.max_seqs and budget > 0:
+        prefill_seqs, prefill_tokens = batch.prefill_seqs, batch.prefill_tokens
+        pairs = batch.prefill_attn_pairs
+        budget = self.budget_max - batch.decode_seqs - prefill_tokens  # one token a decode
+        while waiting and len(running) < self.max_seqs and budget > 0:
             r = waiting[0]
             if r.arrival > cutoff:
                 break
@@ -513,11 +499,13 @@ class _Rank:
             prefill_tokens += need
             pairs += need * (r.computed + need / 2)
             r.chunk = need
-        return RankBatch(share.decode_seqs, share.decode_kv_tokens, prefill_tokens, prefill_seqs,
+        if prefill_seqs == batch.prefill_seqs:
+            return batch
+        return RankBatch(batch.decode_seqs, batch.decode_kv_tokens, prefill_tokens, prefill_seqs,
                          pairs)
 
-    def _schedule_lazily(self, long_cap: int) -> _RunningShare | None:
-        """The running requests' share of the step where nothing needs them one by one: no
+    def _schedule_lazily(self, long_cap: int) -> RankBatch | None:
+        """The running requests' batch for the step where nothing needs them one by one: no
         stragglers, every lazy decode before every prompt in running order, the budget and the
         free blocks enough for all. None where the step must be taken one by one (nothing
         changed but the block heap, which _settle rebuilds)."""
@@ -555,15 +543,13 @@ class _Rank:
                 self._take(r, extra)
             tokens += r.chunk
             pairs += r.chunk * (r.computed + r.chunk / 2)
-        return _RunningShare(decodes, lazy.kv, len(prefilling), tokens, pairs, budget,
-                             False, False)
+        return RankBatch(decodes, lazy.kv, tokens, len(prefilling), pairs)
 
-    def _schedule_one_by_one(self, long_cap: int) -> _RunningShare:
-        """The running requests' share of the step, one request at a time in running order, as
-        vLLM's scheduler walks them."""
+    def _schedule_one_by_one(self, long_cap: int) -> RankBatch:
+        """The running requests' batch for the step, one request at a time in running order, as
+        vLLM's scheduler walks them (those it skips, out of tokens, set `_skipped`)."""
         running = self.running
         budget = self.budget_max
-        preempted = skipped = False
         decode_kv = decode_seqs = prefill_seqs = prefill_tokens = 0
         pairs = 0.0
         # Running requests first, in order. Preemption only takes the newest running request,
@@ -573,12 +559,12 @@ class _Rank:
             if not r.running:
                 break  # preempted by one before it: so is every one after it
             if budget <= 0:
-                skipped = True  # out of tokens: the rest of `running` waits this step
+                self._skipped = True  # out of tokens: the rest of `running` waits this step
                 break
             computed = r.computed
             if computed >= r.prefill_len:  # a decode: one token
                 if computed + 1 > r.cap:
-                    preempted |= self._make_room(r, self._extra_blocks(r, computed + 1))
+                    self._make_room(r, self._extra_blocks(r, computed + 1))
                     if not r.running:
                         break  # r was the last one left
                 budget -= 1
@@ -587,7 +573,7 @@ class _Rank:
             else:
                 need = min(r.prefill_len - computed, budget, long_cap)
                 if computed + need > r.cap:
-                    preempted |= self._make_room(r, self._extra_blocks(r, computed + need))
+                    self._make_room(r, self._extra_blocks(r, computed + need))
                     if not r.running:
                         break
                 budget -= need
@@ -595,8 +581,7 @@ class _Rank:
                 prefill_tokens += need
                 pairs += need * (computed + need / 2)
                 r.chunk = need
-        return _RunningShare(decode_seqs, decode_kv, prefill_seqs, prefill_tokens, pairs, budget,
-                             preempted, skipped)
+        return RankBatch(decode_seqs, decode_kv, prefill_tokens, prefill_seqs, pairs)
 
     def complete(self, batch: RankBatch, step_start: float, clock: float) -> None:
         """The step scheduled at step_start ends at `clock`: its tokens are out."""
