@@ -187,11 +187,14 @@ class _LazyDecodes:
         self._blocks.clear()
         self.newest_seq = -1
 
-    def stepped(self, steps: int, clock: float) -> None:
-        """They all took `steps` more steps, the last ending at `clock`."""
-        self.tick += steps
+    def step(self, steps: int, clock: float) -> list[_Req]:
+        """They all took `steps` more steps, the last ending at `clock`: take out those whose
+        last token that was, in running order."""
+        self.tick = tick = self.tick + steps
         self.kv += self.n * steps
         self.last = clock
+        heap = self._finishes
+        return _pop_live(heap, tick) if heap and heap[0][0] <= tick else []
 
     def push_block(self, r: _Req) -> None:
         """r's block entry (join), unless the blocks it holds take it to its last token."""
@@ -201,11 +204,6 @@ class _LazyDecodes:
     def pop_block_needs(self, through: int) -> list[_Req]:
         """Take out the lazy decodes whose block entry's tick is `through` or before."""
         heap = self._blocks
-        return _pop_live(heap, through) if heap and heap[0][0] <= through else []
-
-    def pop_finishes(self, through: int) -> list[_Req]:
-        """Take out the lazy decodes whose last token comes at tick `through` or before."""
-        heap = self._finishes
         return _pop_live(heap, through) if heap and heap[0][0] <= through else []
 
     def next_finish(self) -> int:
@@ -320,16 +318,13 @@ class _Rank:
         r.private, r.shared, r.shared_blocks, r.cap = 0, [], 0.0, 0.0
 
     def _finish(self, r: _Req, clock: float) -> None:
-        """r's last token came at `clock`: its blocks go back (cached ones stay cached)."""
+        """r's last token came at `clock`: it leaves `running` and its blocks go back (cached
+        ones stay cached)."""
         r.done_s = clock
         r.running = False
+        del self.running[r]
         self._release(r)
         self.finished += 1
-
-    def _retire(self, r: _Req, clock: float) -> None:
-        """r's last token came at `clock`: it finishes and leaves `running`."""
-        self._finish(r, clock)
-        del self.running[r]
 
     def _preempt(self, victim: _Req) -> None:
         """Recompute: victim (already taken off `running`) goes back to the front of the queue."""
@@ -424,14 +419,10 @@ class _Rank:
                 self.stragglers += 1
         lazy.last = clock
 
-    def _grow(self, r: _Req) -> None:
-        """A lazy decode takes the blocks its context has outgrown."""
-        self._grow_to(r, self.lazy.context(r))
-
     def _end(self, r: _Req, clock: float) -> None:
         """A lazy decode's last token came at `clock`."""
         self.lazy.leave(r)
-        self._retire(r, clock)
+        self._finish(r, clock)
 
     # --- one step --------------------------------------------------------------------------
 
@@ -456,7 +447,7 @@ class _Rank:
         if batch is None:
             self._settle()
             batch = self._schedule_one_by_one(long_cap)
-        if self.preemptions == preemptions:  # a step that preempts admits nobody
+        if self.waiting and self.preemptions == preemptions:  # a step that preempts admits nobody
             batch = self._admit(batch, clock, cutoff, long_cap)
         self._scheduled = scheduled = batch.decode_seqs + batch.prefill_seqs
         if not scheduled:
@@ -533,9 +524,10 @@ class _Rank:
             r.chunk = need
         if need_blocks > self.free:
             return None  # someone would be preempted
-        for r, extra in zip(due, grow, strict=True):
-            self._take(r, extra)
-            lazy.push_block(r)
+        if due:
+            for r, extra in zip(due, grow, strict=True):
+                self._take(r, extra)
+                lazy.push_block(r)
         pairs = 0.0
         tokens = 0
         for r, extra in zip(prefilling, chunks, strict=True):
@@ -602,8 +594,7 @@ class _Rank:
                 self._shared_gap(clock - step_start, decodes)
             else:  # they missed the steps between (a lockstep rank that could not schedule)
                 self.single_gaps.extend([clock - lazy.last] * decodes)
-        lazy.stepped(1, clock)
-        for r in lazy.pop_finishes(lazy.tick):  # in running order: ties go by seq
+        for r in lazy.step(1, clock):
             self._end(r, clock)
         mid_prompt = []
         for r in self.prefilling:
@@ -637,7 +628,7 @@ class _Rank:
                 r.generated = generated = r.generated + 1
                 left = r.target - generated
                 if left <= 0:
-                    self._retire(r, clock)
+                    self._finish(r, clock)
                     kv -= computed
                 elif left < k:
                     k = left
@@ -656,20 +647,13 @@ class _Rank:
             self._run_state()
 
     def _chunk_done(self, r: _Req, clock: float) -> int | None:
-        """r computed its prompt chunk of the step that ended at `clock`. None while its prompt
-        is unfinished (such a chunk emits nothing); else the tokens it has left after the one
-        the prompt's end emits (_prompt_done), and with none left it retires."""
+        """r computed its prompt chunk in the step that ended at `clock`. None while its prompt
+        is unfinished (such a chunk emits nothing). Once its prompt (or, after a preemption,
+        its recomputation) is computed, its blocks join the prefix cache and it emits a token:
+        the tokens it has left, and with none left it finishes."""
         r.computed = computed = r.computed + r.chunk
         if computed < r.prefill_len:
             return None
-        left = self._prompt_done(r, clock)
-        if left <= 0:
-            self._retire(r, clock)
-        return left
-
-    def _prompt_done(self, r: _Req, clock: float) -> int:
-        """r's prompt (or, after a preemption, its recomputation) is computed at `clock`: its
-        blocks join the prefix cache and it emits a token. Returns the tokens it has left."""
         if self.caching and not r.registered:
             self._register(r)
         if r.generated == 0:
@@ -677,8 +661,11 @@ class _Rank:
         else:
             self.single_gaps.append(clock - r.last_s)
         r.last_s = clock
-        r.generated += 1
-        return r.target - r.generated
+        r.generated = generated = r.generated + 1
+        left = r.target - generated
+        if left <= 0:
+            self._finish(r, clock)
+        return left
 
     def _shared_gap(self, gap: float, decodes: int) -> None:
         """One step's inter-token gap, seen by `decodes` sequences that decoded in the step
@@ -701,8 +688,8 @@ class _Rank:
         # Memory: stop before the first step whose new blocks no longer fit (each sequence
         # needs at most k // bs + 1 new blocks; the exact count only when that may not fit).
         if len(running) * (k // self.bs + 1) > self.free:
-            k = _steps_that_fit([r.cap - self.lazy.context(r) for r in running], k, self.free,
-                                self.bs)
+            context = self.lazy.context
+            k = _steps_that_fit([r.cap - context(r) for r in running], k, self.free, self.bs)
         return k if k >= MIN_RUN else 0
 
     def advance(self, steps: int, clock: float, last_start: float) -> None:
@@ -715,25 +702,24 @@ class _Rank:
             self._relazify()
             return
         lazy = self.lazy
-        lazy.stepped(steps, clock)
-        tick = lazy.tick
-        # Those that outgrew their blocks (join: past their entry's tick) and those that
-        # finished (all at this tick: a run ends at the first finish), each in running order;
-        # where there are both, blocks are taken and freed in running order, as one by one.
-        grow = lazy.pop_block_needs(tick - 1)
-        done = lazy.pop_finishes(tick)
+        # Those that finished (all at the run's last tick: a run ends at the first finish) and
+        # those that outgrew their blocks (join: past their entry's tick), each in running
+        # order; where there are both, blocks are taken and freed in running order, as one by
+        # one.
+        done = lazy.step(steps, clock)
+        grow = lazy.pop_block_needs(lazy.tick - 1)
         if grow and done:
             growing, ending = set(grow), set(done)
             for r in sorted(growing | ending, key=_by_seq):
                 if r in growing:
-                    self._grow(r)
+                    self._grow_to(r, lazy.context(r))
                 if r in ending:
                     self._end(r, clock)
                 else:
                     lazy.push_block(r)
         else:
             for r in grow:
-                self._grow(r)
+                self._grow_to(r, lazy.context(r))
                 lazy.push_block(r)
             for r in done:
                 self._end(r, clock)
@@ -742,8 +728,7 @@ class _Rank:
     def _advance_one_by_one(self, steps: int, clock: float) -> None:
         running = self.running
         k, kv = HORIZON_STEPS, self.kv + len(running) * steps
-        done = []
-        for r in running:
+        for r in list(running):
             r.computed = computed = r.computed + steps
             r.generated = generated = r.generated + steps
             r.last_s = clock
@@ -752,12 +737,9 @@ class _Rank:
             left = r.target - generated
             if left <= 0:
                 self._finish(r, clock)
-                done.append(r)
                 kv -= computed
             elif left < k:
                 k = left
-        for r in done:
-            del running[r]
         self.k, self.kv = k, kv
 
     def decode_runs(self, next_arrival: float, more_arrivals: bool,
