@@ -129,6 +129,99 @@ class _PrefixCache:
             truly_free += self.blocks_per_hash
 
 
+class _KvBlocks:
+    """One rank's KV blocks and prefix cache. A request holds `private` blocks (its own, the
+    fixed ones among them) and shares the cached ones of the hashes in `shared`; `cap` is the
+    tokens they can take."""
+
+    __slots__ = ("bs", "fixed", "hbt", "cache", "free", "low_free", "queries", "hits")
+
+    def __init__(self, perf: PerfModel, hash_block_tokens: int) -> None:
+        self.bs, self.fixed = perf.block_size, perf.fixed_blocks_per_seq
+        self.hbt = max(hash_block_tokens, 1)
+        self.cache = _PrefixCache(self.hbt / self.bs)
+        self.free = float(perf.num_blocks)  # includes evictable cached blocks
+        self.low_free = self.free  # the fewest free blocks seen: peak KV-cache usage
+        self.queries = self.hits = 0  # prompt tokens looked up in the prefix cache, and found
+
+    def extra(self, r: _Req, tokens: int) -> int:
+        """Blocks r must add to hold `tokens` tokens (its first ones bring the fixed ones)."""
+        over = tokens - r.cap
+        grow = math.ceil(over / self.bs) if over > 0 else 0
+        return grow + (self.fixed if not r.private else 0)
+
+    def take(self, r: _Req, blocks: int) -> None:
+        """r takes `blocks` more blocks, as `extra` counts them."""
+        if blocks:
+            r.cap += (blocks - (self.fixed if not r.private else 0)) * self.bs  # fixed blocks hold no tokens
+            r.private += blocks
+            self.free -= blocks
+            self._after_alloc()
+
+    def _after_alloc(self) -> None:
+        cache = self.cache
+        if self.free < cache.evictable_blocks:
+            cache.evict_until(self.free - cache.evictable_blocks)
+        if self.free < self.low_free:
+            self.low_free = self.free
+
+    def grow_to(self, r: _Req, tokens: int) -> None:
+        """Running request r takes the blocks its `tokens` context tokens have outgrown (it
+        holds its fixed blocks already)."""
+        extra = math.ceil((tokens - r.cap) / self.bs)
+        r.cap += extra * self.bs
+        r.private += extra
+        self.free -= extra
+        self._after_alloc()
+
+    def release(self, r: _Req) -> None:
+        """r gives back its blocks (cached ones stay cached)."""
+        self.free += r.private
+        for h in r.shared:
+            self.free += self.cache.release(h)
+        r.private, r.shared, r.shared_blocks, r.cap = 0, [], 0.0, 0.0
+
+    def register(self, r: _Req) -> None:
+        """Its prompt is computed: its full hashed blocks become cached, shared from now on."""
+        cache, hbt = self.cache, self.hbt
+        r.registered = True
+        full = min(len(r.hashes), r.prompt // hbt)
+        moved = 0.0
+        for h in r.hashes[len(r.shared):full]:
+            if h in cache:
+                continue  # cached meanwhile by another request: this copy stays private
+            cache.refs[h] = 1
+            r.shared.append(h)
+            moved += cache.blocks_per_hash
+        if moved:  # those blocks are now the cache's; what stays private shrinks to match
+            r.shared_blocks += moved
+            keep = max(0, math.ceil(r.cap / self.bs - r.shared_blocks)) + self.fixed
+            self.free += r.private - keep
+            r.private = keep
+            r.cap = ((keep - self.fixed) + r.shared_blocks) * self.bs
+
+    def lookup(self, r: _Req) -> None:
+        """r's prompt (before it is computed) finds its leading blocks in the prefix cache:
+        those it shares and need no computing."""
+        cache = self.cache
+        r.looked_up = True
+        hit = 0
+        for h in r.hashes:
+            if h not in cache:
+                break
+            hit += 1
+        hit_tokens = min(int(hit * self.hbt // self.bs) * self.bs, r.prefill_len - 1) if hit else 0
+        self.queries += r.prefill_len
+        self.hits += hit_tokens
+        if hit_tokens:
+            for h in r.hashes[:hit]:
+                self.free -= cache.acquire(h)
+            r.shared = list(r.hashes[:hit])
+            r.shared_blocks = hit * cache.blocks_per_hash
+            r.cap = r.shared_blocks * self.bs
+            r.computed = hit_tokens
+
+
 _Entry = tuple[int, int, int, _Req]  # (tick, seq, stamp, request): ties go in running order
 
 
@@ -226,29 +319,28 @@ def _pop_live(heap: list[_Entry], through: int) -> list[_Req]:
 
 
 class _Rank:
-    """One engine core's scheduler (the whole engine, or one DP rank): its queue, running
-    requests, KV blocks and prefix cache, and the inter-token gaps it has seen."""
+    """One engine core's scheduler (the whole engine, or one DP rank): its queue and running
+    requests, its KV blocks (`_KvBlocks`) and the inter-token gaps it has seen. Each step is
+    built and completed lazily where it can be (`_LazyDecodes`), else one request at a time."""
 
     lazy_decodes = True  # False: every step one request at a time (the reference, in tests)
 
     def __init__(self, perf: PerfModel, hash_block_tokens: int, noise: float) -> None:
+        # Fewer than 30 attributes (KV blocks and lazy decodes kept apart): past 30, CPython
+        # 3.11 stops sharing an instance's dict keys and every attribute access slows.
         s = perf.shape
         self.perf, self.noise = perf, noise
-        self.bs, self.budget_max, self.max_seqs = perf.block_size, s.max_num_batched_tokens, s.max_num_seqs
+        self.budget_max, self.max_seqs = s.max_num_batched_tokens, s.max_num_seqs
         self.chunked, self.caching = s.enable_chunked_prefill, s.enable_prefix_caching
         self.threshold = (s.long_prefill_token_threshold if s.long_prefill_token_threshold > 0
                           else self.budget_max)
-        self.fixed = perf.fixed_blocks_per_seq
-        self.hbt = max(hash_block_tokens, 1)
-        self.cache = _PrefixCache(self.hbt / self.bs)
-        self.free = float(perf.num_blocks)  # includes evictable cached blocks
-        self.low_free = self.free  # the fewest free blocks seen: peak KV-cache usage
+        self.blocks = _KvBlocks(perf, hash_block_tokens)
         self.waiting: deque[_Req] = deque()
         self.running: dict[_Req, None] = {}  # in admission order; the newest is preempted first
         self.clock = 0.0
         self.async_lag = perf.overlap_cpu  # async scheduling: batches formed one step ahead
         self.step_start = 0.0  # when the step that ended at `clock` started
-        self.finished = self.preemptions = self.cache_queries = self.cache_hits = 0
+        self.finished = self.preemptions = 0
         self.runs: list[tuple[float, float, int, int]] = []  # decode-run pieces: a, b, steps, seqs
         self.single_gaps: list[float] = []  # inter-token gaps of one sequence each
         self.shared_gaps: list[float] = []  # ... and of shared_counts[i] sequences each (one step's)
@@ -276,46 +368,11 @@ class _Rank:
         waiting = len(self.waiting)
         score = float(waiting + len(self.running))
         if waiting:  # a queue on a rank short of KV drains slowly
-            usage = 1.0 - self.free / self.perf.num_blocks
+            usage = 1.0 - self.blocks.free / self.perf.num_blocks
             score += waiting * 6.0 * max(0.0, usage - 0.5)
         return score
 
-    # --- KV blocks -------------------------------------------------------------------------
-
-    def _extra_blocks(self, r: _Req, tokens: int) -> int:
-        """Blocks r must add to hold `tokens` tokens (its first ones bring the fixed ones)."""
-        over = tokens - r.cap
-        grow = math.ceil(over / self.bs) if over > 0 else 0
-        return grow + (self.fixed if not r.private else 0)
-
-    def _take(self, r: _Req, blocks: int) -> None:
-        if blocks:
-            r.cap += (blocks - (self.fixed if not r.private else 0)) * self.bs  # fixed blocks hold no tokens
-            r.private += blocks
-            self.free -= blocks
-            self._after_alloc()
-
-    def _after_alloc(self) -> None:
-        cache = self.cache
-        if self.free < cache.evictable_blocks:
-            cache.evict_until(self.free - cache.evictable_blocks)
-        if self.free < self.low_free:
-            self.low_free = self.free
-
-    def _grow_to(self, r: _Req, tokens: int) -> None:
-        """Running request r takes the blocks its `tokens` context tokens have outgrown (it
-        holds its fixed blocks already)."""
-        extra = math.ceil((tokens - r.cap) / self.bs)
-        r.cap += extra * self.bs
-        r.private += extra
-        self.free -= extra
-        self._after_alloc()
-
-    def _release(self, r: _Req) -> None:
-        self.free += r.private
-        for h in r.shared:
-            self.free += self.cache.release(h)
-        r.private, r.shared, r.shared_blocks, r.cap = 0, [], 0.0, 0.0
+    # --- finishing and preempting -----------------------------------------------------------
 
     def _finish(self, r: _Req, clock: float) -> None:
         """r's last token came at `clock`: it leaves `running` and its blocks go back (cached
@@ -323,68 +380,30 @@ class _Rank:
         r.done_s = clock
         r.running = False
         del self.running[r]
-        self._release(r)
+        self.blocks.release(r)
         self.finished += 1
 
     def _preempt(self, victim: _Req) -> None:
         """Recompute: victim (already taken off `running`) goes back to the front of the queue."""
         victim.running = False
-        self._release(victim)
+        self.blocks.release(victim)
         victim.computed = 0
         victim.prefill_len = victim.prompt + victim.generated
         victim.looked_up = False
         self.waiting.appendleft(victim)
         self.preemptions += 1
 
-    def _register(self, r: _Req) -> None:
-        """Its prompt is computed: its full hashed blocks become cached, shared from now on."""
-        cache, hbt = self.cache, self.hbt
-        r.registered = True
-        full = min(len(r.hashes), r.prompt // hbt)
-        moved = 0.0
-        for h in r.hashes[len(r.shared):full]:
-            if h in cache:
-                continue  # cached meanwhile by another request: this copy stays private
-            cache.refs[h] = 1
-            r.shared.append(h)
-            moved += cache.blocks_per_hash
-        if moved:  # those blocks are now the cache's; what stays private shrinks to match
-            r.shared_blocks += moved
-            keep = max(0, math.ceil(r.cap / self.bs - r.shared_blocks)) + self.fixed
-            self.free += r.private - keep
-            r.private = keep
-            r.cap = ((keep - self.fixed) + r.shared_blocks) * self.bs
-
-    def _lookup(self, r: _Req) -> None:
-        cache = self.cache
-        r.looked_up = True
-        hit = 0
-        for h in r.hashes:
-            if h not in cache:
-                break
-            hit += 1
-        hit_tokens = min(int(hit * self.hbt // self.bs) * self.bs, r.prefill_len - 1) if hit else 0
-        self.cache_queries += r.prefill_len
-        self.cache_hits += hit_tokens
-        if hit_tokens:
-            for h in r.hashes[:hit]:
-                self.free -= cache.acquire(h)
-            r.shared = list(r.hashes[:hit])
-            r.shared_blocks = hit * cache.blocks_per_hash
-            r.cap = r.shared_blocks * self.bs
-            r.computed = hit_tokens
-
     def _make_room(self, r: _Req, extra: int) -> None:
         """Give running request r `extra` more blocks, preempting the newest running requests
         (perhaps r itself) while they do not fit."""
-        running = self.running
-        while extra > self.free and running:
+        running, blocks = self.running, self.blocks
+        while extra > blocks.free and running:
             victim = running.popitem()[0]  # the newest running request
             self._preempt(victim)
             if victim is r:
                 break
         if r.running:
-            self._take(r, extra)
+            blocks.take(r, extra)
 
     def _run_state(self) -> None:
         """mid_prefill, k and kv recomputed over all running requests."""
@@ -460,7 +479,7 @@ class _Rank:
                ) -> RankBatch:
         """Waiting requests that arrived by `cutoff` join the running requests' batch while
         seats, tokens and blocks last: the step's batch (the same one where none joins)."""
-        running, waiting = self.running, self.waiting
+        running, waiting, blocks = self.running, self.waiting, self.blocks
         prefill_seqs, prefill_tokens = batch.prefill_seqs, batch.prefill_tokens
         pairs = batch.prefill_attn_pairs
         budget = self.budget_max - batch.decode_seqs - prefill_tokens  # one token a decode
@@ -469,16 +488,16 @@ class _Rank:
             if r.arrival > cutoff:
                 break
             if not r.looked_up and r.computed == 0 and self.caching:
-                self._lookup(r)
+                blocks.lookup(r)
             remaining = r.prefill_len - r.computed
             if not self.chunked and remaining > budget:
                 break
             need = min(remaining, budget, long_cap)
-            extra = self._extra_blocks(r, r.computed + need)
-            if extra > self.free:
+            extra = blocks.extra(r, r.computed + need)
+            if extra > blocks.free:
                 break
             waiting.popleft()
-            self._take(r, extra)
+            blocks.take(r, extra)
             budget -= need
             r.seq, self._seq = self._seq, self._seq + 1
             running[r] = None
@@ -500,7 +519,7 @@ class _Rank:
         stragglers, every lazy decode before every prompt in running order, the budget and the
         free blocks enough for all. None where the step must be taken one by one (nothing
         changed but the block heap, which _settle rebuilds)."""
-        prefilling, lazy = self.prefilling, self.lazy
+        prefilling, lazy, blocks = self.prefilling, self.lazy, self.blocks
         if (not self.lazy_decodes or self.stragglers
                 or (prefilling and prefilling[0].seq < lazy.newest_seq)):
             return None
@@ -510,29 +529,29 @@ class _Rank:
             return None
         # Decodes whose next token needs a new block, and each prompt's next chunk.
         due = lazy.pop_block_needs(tick)
-        grow = [self._extra_blocks(r, r.computed + tick - r.t0 + 1) for r in due]
+        grow = [blocks.extra(r, r.computed + tick - r.t0 + 1) for r in due]
         need_blocks = sum(grow)
         chunks = []
         for r in prefilling:
             if budget <= 0:
                 return None  # out of tokens: the rest of `running` would be skipped
             need = min(r.prefill_len - r.computed, budget, long_cap)
-            extra = self._extra_blocks(r, r.computed + need) if r.computed + need > r.cap else 0
+            extra = blocks.extra(r, r.computed + need) if r.computed + need > r.cap else 0
             chunks.append(extra)
             need_blocks += extra
             budget -= need
             r.chunk = need
-        if need_blocks > self.free:
+        if need_blocks > blocks.free:
             return None  # someone would be preempted
         if due:
             for r, extra in zip(due, grow, strict=True):
-                self._take(r, extra)
+                blocks.take(r, extra)
                 lazy.push_block(r)
         pairs = 0.0
         tokens = 0
         for r, extra in zip(prefilling, chunks, strict=True):
             if extra:
-                self._take(r, extra)
+                blocks.take(r, extra)
             tokens += r.chunk
             pairs += r.chunk * (r.computed + r.chunk / 2)
         return RankBatch(decodes, lazy.kv, tokens, len(prefilling), pairs)
@@ -556,7 +575,7 @@ class _Rank:
             computed = r.computed
             if computed >= r.prefill_len:  # a decode: one token
                 if computed + 1 > r.cap:
-                    self._make_room(r, self._extra_blocks(r, computed + 1))
+                    self._make_room(r, self.blocks.extra(r, computed + 1))
                     if not r.running:
                         break  # r was the last one left
                 budget -= 1
@@ -565,7 +584,7 @@ class _Rank:
             else:
                 need = min(r.prefill_len - computed, budget, long_cap)
                 if computed + need > r.cap:
-                    self._make_room(r, self._extra_blocks(r, computed + need))
+                    self._make_room(r, self.blocks.extra(r, computed + need))
                     if not r.running:
                         break
                 budget -= need
@@ -655,7 +674,7 @@ class _Rank:
         if computed < r.prefill_len:
             return None
         if self.caching and not r.registered:
-            self._register(r)
+            self.blocks.register(r)
         if r.generated == 0:
             r.first_s = clock
         else:
@@ -687,9 +706,10 @@ class _Rank:
             return 0
         # Memory: stop before the first step whose new blocks no longer fit (each sequence
         # needs at most k // bs + 1 new blocks; the exact count only when that may not fit).
-        if len(running) * (k // self.bs + 1) > self.free:
+        blocks = self.blocks
+        if len(running) * (k // blocks.bs + 1) > blocks.free:
             context = self.lazy.context
-            k = _steps_that_fit([r.cap - context(r) for r in running], k, self.free, self.bs)
+            k = _steps_that_fit([r.cap - context(r) for r in running], k, blocks.free, blocks.bs)
         return k if k >= MIN_RUN else 0
 
     def advance(self, steps: int, clock: float, last_start: float) -> None:
@@ -712,28 +732,28 @@ class _Rank:
             growing, ending = set(grow), set(done)
             for r in sorted(growing | ending, key=_by_seq):
                 if r in growing:
-                    self._grow_to(r, lazy.context(r))
+                    self.blocks.grow_to(r, lazy.context(r))
                 if r in ending:
                     self._end(r, clock)
                 else:
                     lazy.push_block(r)
         else:
             for r in grow:
-                self._grow_to(r, lazy.context(r))
+                self.blocks.grow_to(r, lazy.context(r))
                 lazy.push_block(r)
             for r in done:
                 self._end(r, clock)
         self.k, self.kv = lazy.next_finish(), lazy.kv
 
     def _advance_one_by_one(self, steps: int, clock: float) -> None:
-        running = self.running
+        running, blocks = self.running, self.blocks
         k, kv = HORIZON_STEPS, self.kv + len(running) * steps
         for r in list(running):
             r.computed = computed = r.computed + steps
             r.generated = generated = r.generated + steps
             r.last_s = clock
             if computed > r.cap:
-                self._grow_to(r, computed)
+                blocks.grow_to(r, computed)
             left = r.target - generated
             if left <= 0:
                 self._finish(r, clock)
@@ -993,7 +1013,7 @@ def _result(perf: PerfModel, reqs: list[_Req], group: list[_Rank], refused: int,
                              + [np.asarray(rank.shared_counts, dtype=np.int64) for rank in group]
                              + [np.ones(len(rank.single_gaps), dtype=np.int64) for rank in group])
     last = np.nanmax(done) if (~failed).any() else max(rank.clock for rank in group)
-    queries = sum(rank.cache_queries for rank in group)
+    queries = sum(rank.blocks.queries for rank in group)
     return ReplayResult(
         scheduled_s=arrival,
         ttft_s=first_token - arrival,
@@ -1009,11 +1029,12 @@ def _result(perf: PerfModel, reqs: list[_Req], group: list[_Rank], refused: int,
             # Tokens per block as the engine runs it: a hybrid model's is raised from the asked
             # --block-size (vllm_defaults.resolved_hybrid_block_size).
             "kv_block_tokens": float(perf.block_size),
-            "prefix_cache_hit_rate": (sum(rank.cache_hits for rank in group) / queries
+            "prefix_cache_hit_rate": (sum(rank.blocks.hits for rank in group) / queries
                                       if queries else 0.0),
             "refused_requests": float(refused),
             # The fullest rank's peak (vLLM reports each engine's usage).
-            "kv_cache_usage_peak": max(1.0 - rank.low_free / perf.num_blocks for rank in group)},
+            "kv_cache_usage_peak": max(1.0 - rank.blocks.low_free / perf.num_blocks
+                                       for rank in group)},
         queue_s=queue - arrival,
     )
 
