@@ -222,6 +222,25 @@ class _KvBlocks:
             r.computed = hit_tokens
 
 
+class _GapLog:
+    """The inter-token gaps a rank has seen: decode runs as pieces (step j of a piece took
+    a + b * j for each of its seqs sequences), gaps of one step seen by several sequences,
+    and gaps of one sequence each."""
+
+    __slots__ = ("runs", "shared", "shared_counts", "single")
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[float, float, int, int]] = []  # a, b, steps, seqs
+        self.shared: list[float] = []  # ... each seen by shared_counts[i] sequences
+        self.shared_counts: list[int] = []
+        self.single: list[float] = []
+
+    def add_shared(self, gap: float, decodes: int) -> None:
+        """One step's gap, seen by `decodes` sequences that decoded in the step before too."""
+        self.shared.append(gap)
+        self.shared_counts.append(decodes)
+
+
 _Entry = tuple[int, int, int, _Req]  # (tick, seq, stamp, request): ties go in running order
 
 
@@ -320,14 +339,15 @@ def _pop_live(heap: list[_Entry], through: int) -> list[_Req]:
 
 class _Rank:
     """One engine core's scheduler (the whole engine, or one DP rank): its queue and running
-    requests, its KV blocks (`_KvBlocks`) and the inter-token gaps it has seen. Each step is
-    built and completed lazily where it can be (`_LazyDecodes`), else one request at a time."""
+    requests, its KV blocks (`_KvBlocks`) and the inter-token gaps it has seen (`_GapLog`).
+    Each step is built and completed lazily where it can be (`_LazyDecodes`), else one request
+    at a time."""
 
     lazy_decodes = True  # False: every step one request at a time (the reference, in tests)
 
     def __init__(self, perf: PerfModel, hash_block_tokens: int, noise: float) -> None:
-        # Fewer than 30 attributes (KV blocks and lazy decodes kept apart): past 30, CPython
-        # 3.11 stops sharing an instance's dict keys and every attribute access slows.
+        # Fewer than 30 attributes (KV blocks, lazy decodes and gaps kept apart): past 30,
+        # CPython 3.11 stops sharing an instance's dict keys and every attribute access slows.
         s = perf.shape
         self.perf, self.noise = perf, noise
         self.budget_max, self.max_seqs = s.max_num_batched_tokens, s.max_num_seqs
@@ -341,10 +361,7 @@ class _Rank:
         self.async_lag = perf.overlap_cpu  # async scheduling: batches formed one step ahead
         self.step_start = 0.0  # when the step that ended at `clock` started
         self.finished = self.preemptions = 0
-        self.runs: list[tuple[float, float, int, int]] = []  # decode-run pieces: a, b, steps, seqs
-        self.single_gaps: list[float] = []  # inter-token gaps of one sequence each
-        self.shared_gaps: list[float] = []  # ... and of shared_counts[i] sequences each (one step's)
-        self.shared_counts: list[int] = []
+        self.gaps = _GapLog()
         # The step being built and completed (see schedule and complete).
         self._scheduled = 0
         self._skipped = False
@@ -610,9 +627,9 @@ class _Rank:
         decodes = lazy.n
         if decodes:
             if step_start == lazy.last:
-                self._shared_gap(clock - step_start, decodes)
+                self.gaps.add_shared(clock - step_start, decodes)
             else:  # they missed the steps between (a lockstep rank that could not schedule)
-                self.single_gaps.extend([clock - lazy.last] * decodes)
+                self.gaps.single.extend([clock - lazy.last] * decodes)
         for r in lazy.step(1, clock):
             self._end(r, clock)
         mid_prompt = []
@@ -630,7 +647,7 @@ class _Rank:
         running, scheduled, skipped = self.running, self._scheduled, self._skipped
         mid_prefill = False
         after_previous_step = 0  # decodes whose last token came at step_start: one shared gap
-        single_gaps = self.single_gaps
+        single_gaps = self.gaps.single
         # Over the requests still running after the step (see _run_state): the fewest tokens
         # left, and the context tokens (each decode adds one; completions are taken off).
         k, kv = HORIZON_STEPS, batch.decode_kv_tokens + batch.decode_seqs
@@ -660,7 +677,7 @@ class _Rank:
                     k = after_prompt
                 kv += r.computed
         if after_previous_step:
-            self._shared_gap(clock - step_start, after_previous_step)
+            self.gaps.add_shared(clock - step_start, after_previous_step)
         self.mid_prefill, self.k, self.kv = mid_prefill, k, kv
         if skipped:  # some running requests were not in this step
             self._run_state()
@@ -678,19 +695,13 @@ class _Rank:
         if r.generated == 0:
             r.first_s = clock
         else:
-            self.single_gaps.append(clock - r.last_s)
+            self.gaps.single.append(clock - r.last_s)
         r.last_s = clock
         r.generated = generated = r.generated + 1
         left = r.target - generated
         if left <= 0:
             self._finish(r, clock)
         return left
-
-    def _shared_gap(self, gap: float, decodes: int) -> None:
-        """One step's inter-token gap, seen by `decodes` sequences that decoded in the step
-        before it too."""
-        self.shared_gaps.append(gap)
-        self.shared_counts.append(decodes)
 
     def run_steps(self) -> int:
         """How many decode-only steps this rank can take in one go (0: none): nobody is
@@ -800,7 +811,7 @@ class _Rank:
                     break
             if done_steps < MIN_RUN:
                 break
-            self.runs.extend(taken)
+            self.gaps.runs.extend(taken)
             a, b, c, _ = taken[-1]
             self.advance(done_steps, self.clock + elapsed, self.clock + elapsed - (a + b * (c - 1)))
             if done_steps < k or next_arrival <= self.clock:
@@ -1003,15 +1014,15 @@ def _result(perf: PerfModel, reqs: list[_Req], group: list[_Rank], refused: int,
     arrival = np.array([r.arrival for r in reqs])
     queue = np.array([r.sched_s for r in reqs])
     failed = np.isnan(done)
-    runs = [piece for rank in group for piece in rank.runs]
+    runs = [piece for rank in group for piece in rank.gaps.runs]
     run_values, run_weights = _expand_runs(runs)
     values = np.concatenate([run_values] + [times for times, _ in lock_runs]
-                            + [np.asarray(rank.shared_gaps, dtype=float) for rank in group]
-                            + [np.asarray(rank.single_gaps, dtype=float) for rank in group])
+                            + [np.asarray(rank.gaps.shared, dtype=float) for rank in group]
+                            + [np.asarray(rank.gaps.single, dtype=float) for rank in group])
     weights = np.concatenate([run_weights]
                              + [np.full(len(times), seqs, dtype=np.int64) for times, seqs in lock_runs]
-                             + [np.asarray(rank.shared_counts, dtype=np.int64) for rank in group]
-                             + [np.ones(len(rank.single_gaps), dtype=np.int64) for rank in group])
+                             + [np.asarray(rank.gaps.shared_counts, dtype=np.int64) for rank in group]
+                             + [np.ones(len(rank.gaps.single), dtype=np.int64) for rank in group])
     last = np.nanmax(done) if (~failed).any() else max(rank.clock for rank in group)
     queries = sum(rank.blocks.queries for rank in group)
     return ReplayResult(
