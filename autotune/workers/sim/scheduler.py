@@ -30,16 +30,19 @@ lasts as long as the slowest rank's, and a rank with nothing to run takes a dumm
 any rank has work.
 
 Speed: runs of decode-only steps in which nothing arrives, finishes or needs memory it cannot get
-are advanced in one go; their step times are evaluated as one array (one rank at a time: ranks
-in lockstep step one step at a time). Within a step, the running requests that decoded in the
-step before ("lazy decodes") are not walked one by one: they advance together by one token a
-step (a rank-wide `tick`), two heaps say which one finishes or needs a new KV block at which
-tick, and only the prompts being computed are handled one at a time. A saturated engine's step
-then costs O(prompts + finishes + block allocations) instead of O(running requests). Where
-vLLM's order of the running requests could matter (a request would be preempted or left out of
-the step for want of budget, or a prompt sits before a decode in running order) the step is
-taken one request at a time, as before; both ways give the same result (tests/workers/
-test_sim_scheduler.py).
+are advanced in one go (`_Rank.decode_runs`): over such a run a rank's step time is piecewise
+affine in the step (`PerfModel.decode_segments`), and ranks in lockstep get their step times as
+one array (`PerfModel.lockstep_decode_s`). Within a step, the running requests that decoded in
+the step before ("lazy decodes", `_LazyDecodes`) are not walked one by one: they advance
+together by one token a step (a rank-wide `tick`), two heaps say which one finishes or needs a
+new KV block at which tick, and only the prompts being computed are handled one at a time. A
+saturated engine's step then costs O(prompts + finishes + block allocations) instead of
+O(running requests). Where vLLM's order of the running requests could matter (a request would
+be preempted or left out of the step for want of budget, or a prompt sits before a decode in
+running order) the step is taken one request at a time, in that order; both ways give the same
+result (tests/workers/sim/test_scheduler.py). A step's path is the simulator's hot loop: a
+Python call or object more per step shows in a replay's time (benchmarks/sim_equivalence.py
+--time).
 """
 
 from __future__ import annotations
