@@ -30,16 +30,19 @@ lasts as long as the slowest rank's, and a rank with nothing to run takes a dumm
 any rank has work.
 
 Speed: runs of decode-only steps in which nothing arrives, finishes or needs memory it cannot get
-are advanced in one go; their step times are evaluated as one array (one rank at a time: ranks
-in lockstep step one step at a time). Within a step, the running requests that decoded in the
-step before ("lazy decodes") are not walked one by one: they advance together by one token a
-step (a rank-wide `tick`), two heaps say which one finishes or needs a new KV block at which
-tick, and only the prompts being computed are handled one at a time. A saturated engine's step
-then costs O(prompts + finishes + block allocations) instead of O(running requests). Where
-vLLM's order of the running requests could matter (a request would be preempted or left out of
-the step for want of budget, or a prompt sits before a decode in running order) the step is
-taken one request at a time, as before; both ways give the same result (tests/workers/
-test_sim_scheduler.py).
+are advanced in one go (`_Rank.decode_runs`): over such a run a rank's step time is piecewise
+affine in the step (`PerfModel.decode_segments`), and ranks in lockstep get their step times as
+one array (`PerfModel.lockstep_decode_s`). Within a step, the running requests that decoded in
+the step before ("lazy decodes", `_LazyDecodes`) are not walked one by one: they advance
+together by one token a step (a rank-wide `tick`), two heaps say which one finishes or needs a
+new KV block at which tick, and only the prompts being computed are handled one at a time. A
+saturated engine's step then costs O(prompts + finishes + block allocations) instead of
+O(running requests). Where vLLM's order of the running requests could matter (a request would
+be preempted or left out of the step for want of budget, or a prompt sits before a decode in
+running order) the step is taken one request at a time, in that order; both ways give the same
+result (tests/workers/sim/test_scheduler.py). A step's path is the simulator's hot loop: a
+Python call or object more per step shows in a replay's time (benchmarks/sim_equivalence.py
+--time).
 """
 
 from __future__ import annotations
@@ -82,8 +85,8 @@ class _Req:
         self.registered = not hashes  # nothing to cache for a request without hashes
         self.chunk = 0  # prompt tokens it computes in the step being built
         self.seq = 0  # its place in `running` (admission order)
-        # A lazy decode (see _Rank): computed, generated and last_s as of rank tick t0; its
-        # heap entries carry `stamp` and go stale when it changes.
+        # A lazy decode (see _LazyDecodes): computed, generated and last_s as of its rank's
+        # tick t0; its heap entries carry `stamp` and go stale when it changes.
         self.lazy = False
         self.t0 = self.stamp = 0
 
@@ -129,76 +132,29 @@ class _PrefixCache:
             truly_free += self.blocks_per_hash
 
 
-class _Rank:
-    """One engine core's scheduler (the whole engine, or one DP rank): its queue, running
-    requests, KV blocks and prefix cache, and the inter-token gaps it has seen."""
+class _KvBlocks:
+    """One rank's KV blocks and prefix cache. A request holds `private` blocks (its own, the
+    fixed ones among them) and shares the cached ones of the hashes in `shared`; `cap` is the
+    tokens they can take."""
 
-    lazy_decodes = True  # False: every step one request at a time (the reference, in tests)
+    __slots__ = ("bs", "fixed", "hbt", "cache", "free", "low_free", "queries", "hits")
 
-    def __init__(self, perf: PerfModel, hash_block_tokens: int, noise: float) -> None:
-        s = perf.shape
-        self.perf, self.noise = perf, noise
-        self.bs, self.budget_max, self.max_seqs = perf.block_size, s.max_num_batched_tokens, s.max_num_seqs
-        self.chunked, self.caching = s.enable_chunked_prefill, s.enable_prefix_caching
-        self.threshold = (s.long_prefill_token_threshold if s.long_prefill_token_threshold > 0
-                          else self.budget_max)
-        self.fixed = perf.fixed_blocks_per_seq
+    def __init__(self, perf: PerfModel, hash_block_tokens: int) -> None:
+        self.bs, self.fixed = perf.block_size, perf.fixed_blocks_per_seq
         self.hbt = max(hash_block_tokens, 1)
         self.cache = _PrefixCache(self.hbt / self.bs)
         self.free = float(perf.num_blocks)  # includes evictable cached blocks
         self.low_free = self.free  # the fewest free blocks seen: peak KV-cache usage
-        self.waiting: deque[_Req] = deque()
-        self.running: dict[_Req, None] = {}  # in admission order; the newest is preempted first
-        self.clock = 0.0
-        self.async_lag = perf.overlap_cpu  # async scheduling: batches formed one step ahead
-        self.step_start = 0.0  # when the step that ended at `clock` started
-        self.finished = self.preemptions = self.cache_queries = self.cache_hits = 0
-        self.runs: list[tuple[float, float, int, int]] = []  # decode-run pieces: a, b, steps, seqs
-        self.single_gaps: list[float] = []  # inter-token gaps of one sequence each
-        self.shared_gaps: list[float] = []  # ... and of shared_counts[i] sequences each (one step's)
-        self.shared_counts: list[int] = []
-        # The step being built and completed (see schedule and complete).
-        self._scheduled = 0
-        self._skipped = False
-        # After a step, over the requests still running: whether one is mid-prefill, the fewest
-        # tokens one has left to generate, and their context tokens (decode runs start from it).
-        self.mid_prefill, self.k, self.kv = False, HORIZON_STEPS, 0
-        # Lazy decodes (module docstring, "Speed"): every running request that decoded in the
-        # last step advances by one token a step without being touched. `tick` counts the
-        # steps they have taken; `lazy_kv` is their context tokens, `lazy_last` the end of
-        # their last step. Two heaps say when one finishes and when one needs a block.
-        self.tick = self.lazy_n = self.lazy_kv = 0
-        self.lazy_last = float("nan")
-        self._finishes: list[tuple[int, int, int, _Req]] = []  # (tick, seq, stamp, request)
-        self._blocks: list[tuple[int, int, int, _Req]] = []  # (tick it needs one, ...)
-        self.prefilling: list[_Req] = []  # the running requests mid-prompt, in running order
-        self.stragglers = 0  # running decodes that are not lazy (they missed the last step)
-        self._lazy_seq_max = -1  # the newest lazy decode's seq (at least)
-        self._seq = 0
-        self._lazy_step = False  # whether the step being built was built lazily
+        self.queries = self.hits = 0  # prompt tokens looked up in the prefix cache, and found
 
-    @property
-    def busy(self) -> bool:
-        return bool(self.running or self.waiting)
-
-    def load_score(self) -> float:
-        """How loaded the front end thinks this rank is (DPLBAsyncMPClient)."""
-        waiting = len(self.waiting)
-        score = float(waiting + len(self.running))
-        if waiting:  # a queue on a rank short of KV drains slowly
-            usage = 1.0 - self.free / self.perf.num_blocks
-            score += waiting * 6.0 * max(0.0, usage - 0.5)
-        return score
-
-    # --- KV blocks -------------------------------------------------------------------------
-
-    def _extra_blocks(self, r: _Req, tokens: int) -> int:
+    def extra(self, r: _Req, tokens: int) -> int:
         """Blocks r must add to hold `tokens` tokens (its first ones bring the fixed ones)."""
         over = tokens - r.cap
         grow = math.ceil(over / self.bs) if over > 0 else 0
         return grow + (self.fixed if not r.private else 0)
 
-    def _take(self, r: _Req, blocks: int) -> None:
+    def take(self, r: _Req, blocks: int) -> None:
+        """r takes `blocks` more blocks, as `extra` counts them."""
         if blocks:
             r.cap += (blocks - (self.fixed if not r.private else 0)) * self.bs  # fixed blocks hold no tokens
             r.private += blocks
@@ -212,30 +168,23 @@ class _Rank:
         if self.free < self.low_free:
             self.low_free = self.free
 
-    def _release(self, r: _Req) -> None:
+    def grow_to(self, r: _Req, tokens: int) -> None:
+        """Running request r takes the blocks its `tokens` context tokens have outgrown (it
+        holds its fixed blocks already)."""
+        extra = math.ceil((tokens - r.cap) / self.bs)
+        r.cap += extra * self.bs
+        r.private += extra
+        self.free -= extra
+        self._after_alloc()
+
+    def release(self, r: _Req) -> None:
+        """r gives back its blocks (cached ones stay cached)."""
         self.free += r.private
         for h in r.shared:
             self.free += self.cache.release(h)
         r.private, r.shared, r.shared_blocks, r.cap = 0, [], 0.0, 0.0
 
-    def _finish(self, r: _Req, clock: float) -> None:
-        """r's last token came at `clock`: its blocks go back (cached ones stay cached)."""
-        r.done_s = clock
-        r.running = False
-        self._release(r)
-        self.finished += 1
-
-    def _preempt(self, victim: _Req) -> None:
-        """Recompute: victim (already taken off `running`) goes back to the front of the queue."""
-        victim.running = False
-        self._release(victim)
-        victim.computed = 0
-        victim.prefill_len = victim.prompt + victim.generated
-        victim.looked_up = False
-        self.waiting.appendleft(victim)
-        self.preemptions += 1
-
-    def _register(self, r: _Req) -> None:
+    def register(self, r: _Req) -> None:
         """Its prompt is computed: its full hashed blocks become cached, shared from now on."""
         cache, hbt = self.cache, self.hbt
         r.registered = True
@@ -254,7 +203,9 @@ class _Rank:
             r.private = keep
             r.cap = ((keep - self.fixed) + r.shared_blocks) * self.bs
 
-    def _lookup(self, r: _Req) -> None:
+    def lookup(self, r: _Req) -> None:
+        """r's prompt (before it is computed) finds its leading blocks in the prefix cache:
+        those it shares and need no computing."""
         cache = self.cache
         r.looked_up = True
         hit = 0
@@ -263,8 +214,8 @@ class _Rank:
                 break
             hit += 1
         hit_tokens = min(int(hit * self.hbt // self.bs) * self.bs, r.prefill_len - 1) if hit else 0
-        self.cache_queries += r.prefill_len
-        self.cache_hits += hit_tokens
+        self.queries += r.prefill_len
+        self.hits += hit_tokens
         if hit_tokens:
             for h in r.hashes[:hit]:
                 self.free -= cache.acquire(h)
@@ -273,20 +224,206 @@ class _Rank:
             r.cap = r.shared_blocks * self.bs
             r.computed = hit_tokens
 
-    def _make_room(self, r: _Req, extra: int) -> bool:
+
+class _GapLog:
+    """The inter-token gaps a rank has seen: decode runs as pieces (step j of a piece took
+    a + b * j for each of its seqs sequences), gaps of one step seen by several sequences,
+    and gaps of one sequence each."""
+
+    __slots__ = ("runs", "shared", "shared_counts", "single")
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[float, float, int, int]] = []  # a, b, steps, seqs
+        self.shared: list[float] = []  # ... each seen by shared_counts[i] sequences
+        self.shared_counts: list[int] = []
+        self.single: list[float] = []
+
+    def add_shared(self, gap: float, decodes: int) -> None:
+        """One step's gap, seen by `decodes` sequences that decoded in the step before too."""
+        self.shared.append(gap)
+        self.shared_counts.append(decodes)
+
+
+_Entry = tuple[int, int, int, _Req]  # (tick, seq, stamp, request): ties go in running order
+
+
+class _LazyDecodes:
+    """One rank's lazy decodes (module docstring, "Speed"): the running requests that decoded in
+    the last step, advancing together by one token a step without being touched. A lazy
+    decode's counters (computed, generated, last_s) are as of tick t0; its heap entries carry
+    its stamp and go stale when that changes."""
+
+    __slots__ = ("tick", "n", "kv", "last", "newest_seq", "_finishes", "_blocks")
+
+    def __init__(self) -> None:
+        self.tick = 0  # the steps they have taken
+        self.n = self.kv = 0  # how many there are, and their context tokens
+        self.last = float("nan")  # the end of their last step
+        self.newest_seq = -1  # the newest one's seq (at least)
+        self._finishes: list[_Entry] = []  # by the tick of its last token
+        self._blocks: list[_Entry] = []  # by the tick it needs a block (join)
+
+    def context(self, r: _Req) -> int:
+        """r's context tokens now: a lazy decode's counters lag by the steps since it joined."""
+        return r.computed + self.tick - r.t0 if r.lazy else r.computed
+
+    def join(self, r: _Req) -> None:
+        """r decoded in the step that just ended: from now on it advances without being touched.
+        Its block entry's tick is the first at which it needs a block before a step
+        (_Rank._schedule_lazily), and the last at which it needs none after a run of steps
+        (_Rank.advance)."""
+        r.lazy, r.t0 = True, self.tick
+        r.stamp = stamp = r.stamp + 1
+        heapq.heappush(self._finishes, (self.tick + r.target - r.generated, r.seq, stamp, r))
+        self.push_block(r)
+        self.n += 1
+        self.kv += r.computed
+        if r.seq > self.newest_seq:
+            self.newest_seq = r.seq
+
+    def leave(self, r: _Req) -> None:
+        """Bring a lazy decode's counters up to date; its heap entries go stale."""
+        d = self.tick - r.t0
+        if d:
+            r.computed += d
+            r.generated += d
+            r.last_s = self.last
+        r.lazy = False
+        r.stamp += 1
+        self.n -= 1
+        self.kv -= r.computed
+
+    def settle(self, running: dict[_Req, None]) -> None:
+        """Every lazy decode among `running` leaves: none is left."""
+        for r in running:
+            if r.lazy:
+                self.leave(r)
+        self._finishes.clear()
+        self._blocks.clear()
+        self.newest_seq = -1
+
+    def step(self, steps: int, clock: float) -> list[_Req]:
+        """They all took `steps` more steps, the last ending at `clock`: take out those whose
+        last token that was, in running order."""
+        self.tick = tick = self.tick + steps
+        self.kv += self.n * steps
+        self.last = clock
+        heap = self._finishes
+        return _pop_live(heap, tick) if heap and heap[0][0] <= tick else []
+
+    def push_block(self, r: _Req) -> None:
+        """r's block entry (join), unless the blocks it holds take it to its last token."""
+        if r.computed + r.target - r.generated > r.cap:  # both counters lag alike
+            heapq.heappush(self._blocks, (r.t0 + math.floor(r.cap - r.computed), r.seq, r.stamp, r))
+
+    def pop_block_needs(self, through: int) -> list[_Req]:
+        """Take out the lazy decodes whose block entry's tick is `through` or before."""
+        heap = self._blocks
+        return _pop_live(heap, through) if heap and heap[0][0] <= through else []
+
+    def next_finish(self) -> int:
+        """The fewest tokens a lazy decode has left (HORIZON_STEPS if none)."""
+        heap = self._finishes
+        while heap and (not heap[0][3].lazy or heap[0][2] != heap[0][3].stamp):
+            heapq.heappop(heap)
+        return heap[0][0] - self.tick if heap else HORIZON_STEPS
+
+
+def _pop_live(heap: list[_Entry], through: int) -> list[_Req]:
+    """Pop a heap's entries up to tick `through`: their requests, in order, where still live
+    (stale entries are dropped)."""
+    out = []
+    while heap and heap[0][0] <= through:
+        _, _, stamp, r = heapq.heappop(heap)
+        if r.lazy and stamp == r.stamp:
+            out.append(r)
+    return out
+
+
+class _Rank:
+    """One engine core's scheduler (the whole engine, or one DP rank): its queue and running
+    requests, its KV blocks (`_KvBlocks`) and the inter-token gaps it has seen (`_GapLog`).
+    Each step is built and completed lazily where it can be (`_LazyDecodes`), else one request
+    at a time."""
+
+    lazy_decodes = True  # False: every step one request at a time (the reference, in tests)
+
+    def __init__(self, perf: PerfModel, hash_block_tokens: int, noise: float) -> None:
+        # Fewer than 30 attributes (KV blocks, lazy decodes and gaps kept apart): past 30,
+        # CPython 3.11 stops sharing an instance's dict keys and every attribute access slows.
+        s = perf.shape
+        self.perf, self.noise = perf, noise
+        self.budget_max, self.max_seqs = s.max_num_batched_tokens, s.max_num_seqs
+        self.chunked, self.caching = s.enable_chunked_prefill, s.enable_prefix_caching
+        self.threshold = (s.long_prefill_token_threshold if s.long_prefill_token_threshold > 0
+                          else self.budget_max)
+        self.blocks = _KvBlocks(perf, hash_block_tokens)
+        self.waiting: deque[_Req] = deque()
+        self.running: dict[_Req, None] = {}  # in admission order; the newest is preempted first
+        self.clock = 0.0
+        self.async_lag = perf.overlap_cpu  # async scheduling: batches formed one step ahead
+        self.step_start = 0.0  # when the step that ended at `clock` started
+        self.finished = self.preemptions = 0
+        self.gaps = _GapLog()
+        # The step being built and completed (see schedule and complete).
+        self._scheduled = 0
+        self._skipped = False
+        # After a step, over the requests still running: whether one is mid-prefill, the fewest
+        # tokens one has left to generate, and their context tokens (decode runs start from it).
+        self.mid_prefill, self.k, self.kv = False, HORIZON_STEPS, 0
+        # The running requests fall in three: the lazy decodes, the prompts being computed and
+        # the stragglers (decodes that missed the last step, out of token budget).
+        self.lazy = _LazyDecodes()
+        self.prefilling: list[_Req] = []  # in running order
+        self.stragglers = 0
+        self._seq = 0
+        self._lazy_step = False  # whether the step being built was built lazily
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    def load_score(self) -> float:
+        """How loaded the front end thinks this rank is (DPLBAsyncMPClient)."""
+        waiting = len(self.waiting)
+        score = float(waiting + len(self.running))
+        if waiting:  # a queue on a rank short of KV drains slowly
+            usage = 1.0 - self.blocks.free / self.perf.num_blocks
+            score += waiting * 6.0 * max(0.0, usage - 0.5)
+        return score
+
+    # --- finishing and preempting -----------------------------------------------------------
+
+    def _finish(self, r: _Req, clock: float) -> None:
+        """r's last token came at `clock`: it leaves `running` and its blocks go back (cached
+        ones stay cached)."""
+        r.done_s = clock
+        r.running = False
+        del self.running[r]
+        self.blocks.release(r)
+        self.finished += 1
+
+    def _preempt(self, victim: _Req) -> None:
+        """Recompute: victim (already taken off `running`) goes back to the front of the queue."""
+        victim.running = False
+        self.blocks.release(victim)
+        victim.computed = 0
+        victim.prefill_len = victim.prompt + victim.generated
+        victim.looked_up = False
+        self.waiting.appendleft(victim)
+        self.preemptions += 1
+
+    def _make_room(self, r: _Req, extra: int) -> None:
         """Give running request r `extra` more blocks, preempting the newest running requests
-        (perhaps r itself) while they do not fit. Returns whether any was preempted."""
-        running = self.running
-        preempted = False
-        while extra > self.free and running:
+        (perhaps r itself) while they do not fit."""
+        running, blocks = self.running, self.blocks
+        while extra > blocks.free and running:
             victim = running.popitem()[0]  # the newest running request
             self._preempt(victim)
-            preempted = True
             if victim is r:
                 break
         if r.running:
-            self._take(r, extra)
-        return preempted
+            blocks.take(r, extra)
 
     def _run_state(self) -> None:
         """mid_prefill, k and kv recomputed over all running requests."""
@@ -302,77 +439,29 @@ class _Rank:
 
     # --- lazy decodes ------------------------------------------------------------------------
 
-    def _computed(self, r: _Req) -> int:
-        """r's context tokens now: a lazy decode's counters lag by the steps since it joined."""
-        return r.computed + self.tick - r.t0 if r.lazy else r.computed
-
-    def _join(self, r: _Req) -> None:
-        """r decoded in the step that just ended: from now on it advances without being touched.
-        Its block entry's tick is the first at which it needs a block before a step
-        (_schedule_lazily), and the last at which it needs none after a run of steps (advance)."""
-        r.lazy, r.t0 = True, self.tick
-        r.stamp = stamp = r.stamp + 1
-        heapq.heappush(self._finishes, (self.tick + r.target - r.generated, r.seq, stamp, r))
-        self._push_block(r)
-        self.lazy_n += 1
-        self.lazy_kv += r.computed
-        if r.seq > self._lazy_seq_max:
-            self._lazy_seq_max = r.seq
-
-    def _leave(self, r: _Req) -> None:
-        """Bring a lazy decode's counters up to date; its heap entries go stale."""
-        d = self.tick - r.t0
-        if d:
-            r.computed += d
-            r.generated += d
-            r.last_s = self.lazy_last
-        r.lazy = False
-        r.stamp += 1
-        self.lazy_n -= 1
-        self.lazy_kv -= r.computed
-
     def _settle(self) -> None:
         """Every request up to date, for a step taken one request at a time."""
-        for r in self.running:
-            if r.lazy:
-                self._leave(r)
-        self._finishes.clear()
-        self._blocks.clear()
+        self.lazy.settle(self.running)
         self.prefilling = []
 
     def _relazify(self) -> None:
         """After a step or run taken one request at a time: the decodes that took it go lazy
         again; those it skipped (out of token budget) are stragglers until they step."""
-        self.prefilling, self.stragglers, self._lazy_seq_max = [], 0, -1
+        lazy, clock = self.lazy, self.clock
+        self.prefilling, self.stragglers = [], 0
         for r in self.running:
             if r.computed < r.prefill_len:
                 self.prefilling.append(r)
-            elif r.last_s == self.clock:
-                self._join(r)
+            elif r.last_s == clock:
+                lazy.join(r)
             else:
                 self.stragglers += 1
-        self.lazy_last = self.clock
+        lazy.last = clock
 
-    def _due(self, heap: list[tuple[int, int, int, _Req]], last_tick: int) -> list[_Req]:
-        """Pop the live entries of a heap up to last_tick (stale ones are dropped)."""
-        out = []
-        while heap and heap[0][0] <= last_tick:
-            _, _, stamp, r = heapq.heappop(heap)
-            if r.lazy and stamp == r.stamp:
-                out.append(r)
-        return out
-
-    def _push_block(self, r: _Req) -> None:
-        """r's block entry (_join), unless the blocks it holds take it to its last token."""
-        if r.computed + r.target - r.generated > r.cap:  # both counters lag alike
-            heapq.heappush(self._blocks, (r.t0 + math.floor(r.cap - r.computed), r.seq, r.stamp, r))
-
-    def _next_finish(self) -> int:
-        """The fewest tokens a lazy decode has left (HORIZON_STEPS if none)."""
-        heap = self._finishes
-        while heap and (not heap[0][3].lazy or heap[0][2] != heap[0][3].stamp):
-            heapq.heappop(heap)
-        return heap[0][0] - self.tick if heap else HORIZON_STEPS
+    def _end(self, r: _Req, clock: float) -> None:
+        """A lazy decode's last token came at `clock`."""
+        self.lazy.leave(r)
+        self._finish(r, clock)
 
     # --- one step --------------------------------------------------------------------------
 
@@ -387,34 +476,48 @@ class _Rank:
     def schedule(self, clock: float) -> RankBatch | None:
         """Build the step starting at `clock` (arrivals up to it are in `waiting`; those after
         `admit_cutoff` wait another step): the batch, or None if nothing could be scheduled."""
-        running, waiting = self.running, self.waiting
         cutoff = self.admit_cutoff(clock)
-        long_cap = self.threshold if len(running) + len(waiting) > 1 else self.budget_max
-        lazily = self._schedule_lazily(long_cap)
-        self._lazy_step = lazily is not None
-        if lazily is None:
+        long_cap = (self.threshold if len(self.running) + len(self.waiting) > 1
+                    else self.budget_max)
+        preemptions = self.preemptions
+        self._skipped = False
+        batch = self._schedule_lazily(long_cap)
+        self._lazy_step = batch is not None
+        if batch is None:
             self._settle()
-            (budget, preempted, skipped, decode_seqs, decode_kv, prefill_seqs, prefill_tokens,
-             pairs) = self._schedule_one_by_one(long_cap)
-        else:
-            budget, decode_seqs, decode_kv, prefill_seqs, prefill_tokens, pairs = lazily
-            preempted = skipped = False
-        scheduled = decode_seqs + prefill_seqs
-        while waiting and not preempted and len(running) < self.max_seqs and budget > 0:
+            batch = self._schedule_one_by_one(long_cap)
+        if self.waiting and self.preemptions == preemptions:  # a step that preempts admits nobody
+            batch = self._admit(batch, clock, cutoff, long_cap)
+        self._scheduled = scheduled = batch.decode_seqs + batch.prefill_seqs
+        if not scheduled:
+            if not self._lazy_step:
+                self._relazify()
+            return None
+        return batch
+
+    def _admit(self, batch: RankBatch, clock: float, cutoff: float, long_cap: int
+               ) -> RankBatch:
+        """Waiting requests that arrived by `cutoff` join the running requests' batch while
+        seats, tokens and blocks last: the step's batch (the same one where none joins)."""
+        running, waiting, blocks = self.running, self.waiting, self.blocks
+        prefill_seqs, prefill_tokens = batch.prefill_seqs, batch.prefill_tokens
+        pairs = batch.prefill_attn_pairs
+        budget = self.budget_max - batch.decode_seqs - prefill_tokens  # one token a decode
+        while waiting and len(running) < self.max_seqs and budget > 0:
             r = waiting[0]
             if r.arrival > cutoff:
                 break
             if not r.looked_up and r.computed == 0 and self.caching:
-                self._lookup(r)
+                blocks.lookup(r)
             remaining = r.prefill_len - r.computed
             if not self.chunked and remaining > budget:
                 break
             need = min(remaining, budget, long_cap)
-            extra = self._extra_blocks(r, r.computed + need)
-            if extra > self.free:
+            extra = blocks.extra(r, r.computed + need)
+            if extra > blocks.free:
                 break
             waiting.popleft()
-            self._take(r, extra)
+            blocks.take(r, extra)
             budget -= need
             r.seq, self._seq = self._seq, self._seq + 1
             running[r] = None
@@ -422,69 +525,62 @@ class _Rank:
             r.running = True
             if r.sched_s != r.sched_s:  # NaN: first time scheduled
                 r.sched_s = clock
-            scheduled += 1
             prefill_seqs += 1  # a waiting request always has prompt left to compute
             prefill_tokens += need
             pairs += need * (r.computed + need / 2)
             r.chunk = need
-        self._scheduled, self._skipped = scheduled, skipped
-        if not scheduled:
-            if not self._lazy_step:
-                self._relazify()
-            return None
-        return RankBatch(decode_seqs, decode_kv, prefill_tokens, prefill_seqs, pairs)
+        if prefill_seqs == batch.prefill_seqs:
+            return batch
+        return RankBatch(batch.decode_seqs, batch.decode_kv_tokens, prefill_tokens, prefill_seqs,
+                         pairs)
 
-    def _schedule_lazily(self, long_cap: int
-                         ) -> tuple[int, int, int, int, int, float] | None:
-        """The running requests' share of the step where nothing needs them one by one: no
+    def _schedule_lazily(self, long_cap: int) -> RankBatch | None:
+        """The running requests' batch for the step where nothing needs them one by one: no
         stragglers, every lazy decode before every prompt in running order, the budget and the
-        free blocks enough for all. Returns the budget left, decodes, their context tokens,
-        prompts, their tokens and attention pairs; None where the step must be taken one by one
-        (nothing changed but the block heap, which _settle rebuilds)."""
-        prefilling = self.prefilling
+        free blocks enough for all. None where the step must be taken one by one (nothing
+        changed but the block heap, which _settle rebuilds)."""
+        prefilling, lazy, blocks = self.prefilling, self.lazy, self.blocks
         if (not self.lazy_decodes or self.stragglers
-                or (prefilling and prefilling[0].seq < self._lazy_seq_max)):
+                or (prefilling and prefilling[0].seq < lazy.newest_seq)):
             return None
-        decodes, tick = self.lazy_n, self.tick
+        decodes, tick = lazy.n, lazy.tick
         budget = self.budget_max - decodes
         if budget < 0:
             return None
         # Decodes whose next token needs a new block, and each prompt's next chunk.
-        due = self._due(self._blocks, tick) if self._blocks and self._blocks[0][0] <= tick else []
-        grow = [self._extra_blocks(r, r.computed + tick - r.t0 + 1) for r in due]
+        due = lazy.pop_block_needs(tick)
+        grow = [blocks.extra(r, r.computed + tick - r.t0 + 1) for r in due]
         need_blocks = sum(grow)
         chunks = []
         for r in prefilling:
             if budget <= 0:
                 return None  # out of tokens: the rest of `running` would be skipped
             need = min(r.prefill_len - r.computed, budget, long_cap)
-            extra = self._extra_blocks(r, r.computed + need) if r.computed + need > r.cap else 0
+            extra = blocks.extra(r, r.computed + need) if r.computed + need > r.cap else 0
             chunks.append(extra)
             need_blocks += extra
             budget -= need
             r.chunk = need
-        if need_blocks > self.free:
+        if need_blocks > blocks.free:
             return None  # someone would be preempted
-        for r, extra in zip(due, grow, strict=True):
-            self._take(r, extra)
-            self._push_block(r)
+        if due:
+            for r, extra in zip(due, grow, strict=True):
+                blocks.take(r, extra)
+                lazy.push_block(r)
         pairs = 0.0
         tokens = 0
         for r, extra in zip(prefilling, chunks, strict=True):
             if extra:
-                self._take(r, extra)
+                blocks.take(r, extra)
             tokens += r.chunk
             pairs += r.chunk * (r.computed + r.chunk / 2)
-        return budget, decodes, self.lazy_kv, len(prefilling), tokens, pairs
+        return RankBatch(decodes, lazy.kv, tokens, len(prefilling), pairs)
 
-    def _schedule_one_by_one(self, long_cap: int
-                             ) -> tuple[int, bool, bool, int, int, int, int, float]:
-        """The running requests' share of the step, one request at a time in running order, as
-        vLLM's scheduler walks them: budget left, whether any was preempted or skipped,
-        decodes, their context tokens, prompts, their tokens and attention pairs."""
+    def _schedule_one_by_one(self, long_cap: int) -> RankBatch:
+        """The running requests' batch for the step, one request at a time in running order, as
+        vLLM's scheduler walks them (those it skips, out of tokens, set `_skipped`)."""
         running = self.running
         budget = self.budget_max
-        preempted = skipped = False
         decode_kv = decode_seqs = prefill_seqs = prefill_tokens = 0
         pairs = 0.0
         # Running requests first, in order. Preemption only takes the newest running request,
@@ -494,12 +590,12 @@ class _Rank:
             if not r.running:
                 break  # preempted by one before it: so is every one after it
             if budget <= 0:
-                skipped = True  # out of tokens: the rest of `running` waits this step
+                self._skipped = True  # out of tokens: the rest of `running` waits this step
                 break
             computed = r.computed
             if computed >= r.prefill_len:  # a decode: one token
                 if computed + 1 > r.cap:
-                    preempted |= self._make_room(r, self._extra_blocks(r, computed + 1))
+                    self._make_room(r, self.blocks.extra(r, computed + 1))
                     if not r.running:
                         break  # r was the last one left
                 budget -= 1
@@ -508,7 +604,7 @@ class _Rank:
             else:
                 need = min(r.prefill_len - computed, budget, long_cap)
                 if computed + need > r.cap:
-                    preempted |= self._make_room(r, self._extra_blocks(r, computed + need))
+                    self._make_room(r, self.blocks.extra(r, computed + need))
                     if not r.running:
                         break
                 budget -= need
@@ -516,8 +612,7 @@ class _Rank:
                 prefill_tokens += need
                 pairs += need * (computed + need / 2)
                 r.chunk = need
-        return (budget, preempted, skipped, decode_seqs, decode_kv, prefill_seqs, prefill_tokens,
-                pairs)
+        return RankBatch(decode_seqs, decode_kv, prefill_tokens, prefill_seqs, pairs)
 
     def complete(self, batch: RankBatch, step_start: float, clock: float) -> None:
         """The step scheduled at step_start ends at `clock`: its tokens are out."""
@@ -531,54 +626,31 @@ class _Rank:
     def _complete_lazily(self, step_start: float, clock: float) -> None:
         """A step built by _schedule_lazily: every lazy decode took one token (one shared gap),
         those whose last token it was finish, and the prompts are handled one by one."""
-        decodes = self.lazy_n
-        self.tick = tick = self.tick + 1
-        self.lazy_kv += decodes
+        lazy = self.lazy
+        decodes = lazy.n
         if decodes:
-            if step_start == self.lazy_last:
-                self.shared_gaps.append(clock - step_start)
-                self.shared_counts.append(decodes)
+            if step_start == lazy.last:
+                self.gaps.add_shared(clock - step_start, decodes)
             else:  # they missed the steps between (a lockstep rank that could not schedule)
-                self.single_gaps.extend([clock - self.lazy_last] * decodes)
-        self.lazy_last = clock
-        running = self.running
-        if self._finishes and self._finishes[0][0] <= tick:
-            for r in self._due(self._finishes, tick):  # in running order: ties go by seq
-                self._end(r, clock)
+                self.gaps.single.extend([clock - lazy.last] * decodes)
+        for r in lazy.step(1, clock):
+            self._end(r, clock)
         mid_prompt = []
         for r in self.prefilling:
-            r.computed = computed = r.computed + r.chunk
-            if computed < r.prefill_len:
+            left = self._chunk_done(r, clock)
+            if left is None:
                 mid_prompt.append(r)
-                continue  # a prefill chunk that does not finish the prompt emits nothing
-            if self._prompt_done(r, clock) <= 0:
-                self._finish(r, clock)
-                del running[r]
-            else:
-                self._join(r)
+            elif left > 0:
+                lazy.join(r)
         self.prefilling = mid_prompt
-        self.mid_prefill, self.k, self.kv = bool(mid_prompt), self._next_finish(), self.lazy_kv
-
-    def _prompt_done(self, r: _Req, clock: float) -> int:
-        """r's prompt (or, after a preemption, its recomputation) is computed at `clock`: its
-        blocks join the prefix cache and it emits a token. Returns the tokens it has left."""
-        if self.caching and not r.registered:
-            self._register(r)
-        if r.generated == 0:
-            r.first_s = clock
-        else:
-            self.single_gaps.append(clock - r.last_s)
-        r.last_s = clock
-        r.generated += 1
-        return r.target - r.generated
+        self.mid_prefill, self.k, self.kv = bool(mid_prompt), lazy.next_finish(), lazy.kv
 
     def _complete_one_by_one(self, batch: RankBatch, step_start: float, clock: float) -> None:
         """A step built by _schedule_one_by_one, its requests walked in running order."""
         running, scheduled, skipped = self.running, self._scheduled, self._skipped
-        done = []
         mid_prefill = False
         after_previous_step = 0  # decodes whose last token came at step_start: one shared gap
-        single_gaps = self.single_gaps
+        single_gaps = self.gaps.single
         # Over the requests still running after the step (see _run_state): the fewest tokens
         # left, and the context tokens (each decode adds one; completions are taken off).
         k, kv = HORIZON_STEPS, batch.decode_kv_tokens + batch.decode_seqs
@@ -596,31 +668,43 @@ class _Rank:
                 left = r.target - generated
                 if left <= 0:
                     self._finish(r, clock)
-                    done.append(r)
                     kv -= computed
                 elif left < k:
                     k = left
                 continue
-            r.computed = computed = computed + r.chunk
-            if computed < r.prefill_len:
+            after_prompt = self._chunk_done(r, clock)
+            if after_prompt is None:
                 mid_prefill = True
-                continue  # a prefill chunk that does not finish the prompt emits nothing
-            left = self._prompt_done(r, clock)
-            if left <= 0:
-                self._finish(r, clock)
-                done.append(r)
-            else:
-                if left < k:
-                    k = left
-                kv += computed
+            elif after_prompt > 0:
+                if after_prompt < k:
+                    k = after_prompt
+                kv += r.computed
         if after_previous_step:
-            self.shared_gaps.append(clock - step_start)
-            self.shared_counts.append(after_previous_step)
-        for r in done:
-            del running[r]
+            self.gaps.add_shared(clock - step_start, after_previous_step)
         self.mid_prefill, self.k, self.kv = mid_prefill, k, kv
         if skipped:  # some running requests were not in this step
             self._run_state()
+
+    def _chunk_done(self, r: _Req, clock: float) -> int | None:
+        """r computed its prompt chunk in the step that ended at `clock`. None while its prompt
+        is unfinished (such a chunk emits nothing). Once its prompt (or, after a preemption,
+        its recomputation) is computed, its blocks join the prefix cache and it emits a token:
+        the tokens it has left, and with none left it finishes."""
+        r.computed = computed = r.computed + r.chunk
+        if computed < r.prefill_len:
+            return None
+        if self.caching and not r.registered:
+            self.blocks.register(r)
+        if r.generated == 0:
+            r.first_s = clock
+        else:
+            self.gaps.single.append(clock - r.last_s)
+        r.last_s = clock
+        r.generated = generated = r.generated + 1
+        left = r.target - generated
+        if left <= 0:
+            self._finish(r, clock)
+        return left
 
     def run_steps(self) -> int:
         """How many decode-only steps this rank can take in one go (0: none): nobody is
@@ -636,9 +720,10 @@ class _Rank:
             return 0
         # Memory: stop before the first step whose new blocks no longer fit (each sequence
         # needs at most k // bs + 1 new blocks; the exact count only when that may not fit).
-        if len(running) * (k // self.bs + 1) > self.free:
-            k = _steps_that_fit([r.cap - self._computed(r) for r in running], k, self.free,
-                                self.bs)
+        blocks = self.blocks
+        if len(running) * (k // blocks.bs + 1) > blocks.free:
+            context = self.lazy.context
+            k = _steps_that_fit([r.cap - context(r) for r in running], k, blocks.free, blocks.bs)
         return k if k >= MIN_RUN else 0
 
     def advance(self, steps: int, clock: float, last_start: float) -> None:
@@ -650,69 +735,45 @@ class _Rank:
             self._advance_one_by_one(steps, clock)
             self._relazify()
             return
-        self.tick = tick = self.tick + steps
-        self.lazy_kv += self.lazy_n * steps
-        self.lazy_last = clock
-        # Those that outgrew their blocks (_join: past their entry's tick) and those that
-        # finished (all at this tick: a run ends at the first finish), each in running order;
-        # where there are both, blocks are taken and freed in running order, as one by one.
-        blocks, finishes = self._blocks, self._finishes
-        grow = self._due(blocks, tick - 1) if blocks and blocks[0][0] < tick else []
-        done = self._due(finishes, tick) if finishes and finishes[0][0] <= tick else []
+        lazy = self.lazy
+        # Those that finished (all at the run's last tick: a run ends at the first finish) and
+        # those that outgrew their blocks (join: past their entry's tick), each in running
+        # order; where there are both, blocks are taken and freed in running order, as one by
+        # one.
+        done = lazy.step(steps, clock)
+        grow = lazy.pop_block_needs(lazy.tick - 1)
         if grow and done:
             growing, ending = set(grow), set(done)
             for r in sorted(growing | ending, key=_by_seq):
                 if r in growing:
-                    self._grow(r)
+                    self.blocks.grow_to(r, lazy.context(r))
                 if r in ending:
                     self._end(r, clock)
                 else:
-                    self._push_block(r)
+                    lazy.push_block(r)
         else:
             for r in grow:
-                self._grow(r)
-                self._push_block(r)
+                self.blocks.grow_to(r, lazy.context(r))
+                lazy.push_block(r)
             for r in done:
                 self._end(r, clock)
-        self.k, self.kv = self._next_finish(), self.lazy_kv
-
-    def _grow(self, r: _Req) -> None:
-        """A lazy decode takes the blocks its context has outgrown."""
-        extra = math.ceil((r.computed + self.tick - r.t0 - r.cap) / self.bs)
-        r.cap += extra * self.bs
-        r.private += extra
-        self.free -= extra
-        self._after_alloc()
-
-    def _end(self, r: _Req, clock: float) -> None:
-        """A lazy decode's last token came at `clock`."""
-        self._leave(r)
-        self._finish(r, clock)
-        del self.running[r]
+        self.k, self.kv = lazy.next_finish(), lazy.kv
 
     def _advance_one_by_one(self, steps: int, clock: float) -> None:
-        bs, running = self.bs, self.running
+        running, blocks = self.running, self.blocks
         k, kv = HORIZON_STEPS, self.kv + len(running) * steps
-        done = []
-        for r in running:
+        for r in list(running):
             r.computed = computed = r.computed + steps
             r.generated = generated = r.generated + steps
             r.last_s = clock
-            if computed > r.cap:  # a running request holds its fixed blocks already
-                grow = math.ceil((computed - r.cap) / bs)
-                r.cap += grow * bs
-                r.private += grow
-                self.free -= grow
-                self._after_alloc()
+            if computed > r.cap:
+                blocks.grow_to(r, computed)
             left = r.target - generated
             if left <= 0:
                 self._finish(r, clock)
-                done.append(r)
                 kv -= computed
             elif left < k:
                 k = left
-        for r in done:
-            del running[r]
         self.k, self.kv = k, kv
 
     def decode_runs(self, next_arrival: float, more_arrivals: bool,
@@ -753,7 +814,7 @@ class _Rank:
                     break
             if done_steps < MIN_RUN:
                 break
-            self.runs.extend(taken)
+            self.gaps.runs.extend(taken)
             a, b, c, _ = taken[-1]
             self.advance(done_steps, self.clock + elapsed, self.clock + elapsed - (a + b * (c - 1)))
             if done_steps < k or next_arrival <= self.clock:
@@ -956,17 +1017,17 @@ def _result(perf: PerfModel, reqs: list[_Req], group: list[_Rank], refused: int,
     arrival = np.array([r.arrival for r in reqs])
     queue = np.array([r.sched_s for r in reqs])
     failed = np.isnan(done)
-    runs = [piece for rank in group for piece in rank.runs]
+    runs = [piece for rank in group for piece in rank.gaps.runs]
     run_values, run_weights = _expand_runs(runs)
     values = np.concatenate([run_values] + [times for times, _ in lock_runs]
-                            + [np.asarray(rank.shared_gaps, dtype=float) for rank in group]
-                            + [np.asarray(rank.single_gaps, dtype=float) for rank in group])
+                            + [np.asarray(rank.gaps.shared, dtype=float) for rank in group]
+                            + [np.asarray(rank.gaps.single, dtype=float) for rank in group])
     weights = np.concatenate([run_weights]
                              + [np.full(len(times), seqs, dtype=np.int64) for times, seqs in lock_runs]
-                             + [np.asarray(rank.shared_counts, dtype=np.int64) for rank in group]
-                             + [np.ones(len(rank.single_gaps), dtype=np.int64) for rank in group])
+                             + [np.asarray(rank.gaps.shared_counts, dtype=np.int64) for rank in group]
+                             + [np.ones(len(rank.gaps.single), dtype=np.int64) for rank in group])
     last = np.nanmax(done) if (~failed).any() else max(rank.clock for rank in group)
-    queries = sum(rank.cache_queries for rank in group)
+    queries = sum(rank.blocks.queries for rank in group)
     return ReplayResult(
         scheduled_s=arrival,
         ttft_s=first_token - arrival,
@@ -982,11 +1043,12 @@ def _result(perf: PerfModel, reqs: list[_Req], group: list[_Rank], refused: int,
             # Tokens per block as the engine runs it: a hybrid model's is raised from the asked
             # --block-size (vllm_defaults.resolved_hybrid_block_size).
             "kv_block_tokens": float(perf.block_size),
-            "prefix_cache_hit_rate": (sum(rank.cache_hits for rank in group) / queries
+            "prefix_cache_hit_rate": (sum(rank.blocks.hits for rank in group) / queries
                                       if queries else 0.0),
             "refused_requests": float(refused),
             # The fullest rank's peak (vLLM reports each engine's usage).
-            "kv_cache_usage_peak": max(1.0 - rank.low_free / perf.num_blocks for rank in group)},
+            "kv_cache_usage_peak": max(1.0 - rank.blocks.low_free / perf.num_blocks
+                                       for rank in group)},
         queue_s=queue - arrival,
     )
 
