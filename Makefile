@@ -38,7 +38,7 @@ tune: install
 	$(BIN)/autotune tune --deployment demo --campaign demo
 
 test: dev engine-venv lint
-	AUTOTUNE_ENGINE__PYTHON=$(CURDIR)/$(ENGINE_VENV)/bin/python $(BIN)/pytest
+	AUTOTUNE_ENGINE__PYTHON=$(CURDIR)/$(ENGINE_VENV)/bin/python $(BIN)/pytest $(PARALLEL)
 	$(MAKE) --no-print-directory test-wheel test-py312 test-py313
 
 # The wheel as a user installs it: into a fresh venv outside the tree, run from outside it (so
@@ -67,11 +67,14 @@ test-wheel: $(BIN)/python
 	    cat no-ray.err; exit 1; fi; \
 	echo "test-wheel: the wheel installs and runs"
 
+# pytest on every core; tests that must not overlap share an xdist_group (tests/conftest.py).
+PARALLEL := -n auto --dist loadgroup
+
 # The fast tier: no Ray, real engines, PostgreSQL, GPUs, CLI processes or whole campaigns.
 FAST_TIER := not integration and not gpu and not e2e
 
 test-fast: dev
-	$(BIN)/pytest -q -m "$(FAST_TIER)"
+	$(BIN)/pytest -q $(PARALLEL) -m "$(FAST_TIER)"
 
 # The fast tier on the other Pythons pyproject allows, each in a fresh venv outside the tree.
 # The tests run from the tree (some read deploy/ and pyproject.toml), so they import it: the
@@ -88,7 +91,7 @@ define test_python
 	set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	"$$py" -m venv "$$tmp/venv"; \
 	"$$tmp/venv/bin/pip" install -q -e '.[dev]'; \
-	"$$tmp/venv/bin/python" -m pytest -q -m "$(FAST_TIER)"
+	"$$tmp/venv/bin/python" -m pytest -q $(PARALLEL) -m "$(FAST_TIER)"
 endef
 
 test-py312:

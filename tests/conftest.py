@@ -18,6 +18,13 @@ PG_ADMIN_URL = os.environ.get("AUTOTUNE_TEST_POSTGRES_URL",
                               "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
+# `make test` runs the suite on every core (pytest-xdist, `--dist loadgroup`). The tests of
+# each group below run one after the other on one worker: two vLLM CPU engines at once would
+# share the same cores and start-up timeouts, and local Ray clusters the same CPUs and ports.
+ENGINES = pytest.mark.xdist_group("vllm-engines")
+RAY = pytest.mark.xdist_group("ray")
+
+
 # The public traces vendored in the repository (traces/, with their sources and licences).
 TRACES_DIR = ROOT / "traces"
 

@@ -27,7 +27,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import scipy.stats
+# Student's t quantile (what scipy.stats.t.ppf computes) without importing scipy.stats,
+# which adds 0.4 s to every command that reaches this module.
+import scipy.special
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
@@ -51,7 +53,7 @@ def t90(df: int) -> float:
     """Student's one-sided t quantile t(CONFIDENCE, df)."""
     if df < 1:
         raise ValueError("a t quantile needs at least one degree of freedom")
-    return float(scipy.stats.t.ppf(CONFIDENCE, df))
+    return float(scipy.special.stdtrit(df, CONFIDENCE))
 
 
 @dataclass(frozen=True)

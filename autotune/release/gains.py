@@ -18,7 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import scipy.stats
+# Student's t quantile (what scipy.stats.t.ppf computes) without importing scipy.stats,
+# which adds 0.4 s to every command that reaches this module.
+import scipy.special
 
 from autotune.vocabulary import FailureClass, RecordState
 
@@ -66,7 +68,7 @@ def half_width(diffs: Sequence[float]) -> float | None:
         return None
     mean = math.fsum(diffs) / k
     sd = math.sqrt(math.fsum((d - mean) ** 2 for d in diffs) / (k - 1))
-    return float(scipy.stats.t.ppf(0.5 + CI_LEVEL / 2, k - 1)) * sd / math.sqrt(k)
+    return float(scipy.special.stdtrit(k - 1, 0.5 + CI_LEVEL / 2)) * sd / math.sqrt(k)
 
 
 def gain(winner: Runs, other: Runs) -> Gain | None:

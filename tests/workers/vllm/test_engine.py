@@ -18,9 +18,9 @@ from autotune.traffic.trace import Trace
 from autotune.workers.vllm.backend import VllmBackend
 from autotune.workers.vllm.metrics import KV_USAGE, kv_usage, scrape
 from autotune.workers.vllm.process import port_is_free
-from tests.conftest import engine_python, public_trace, vllm_processes
+from tests.conftest import ENGINES, engine_python, public_trace, vllm_processes
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, ENGINES]
 CPU = DeploymentSpec(name="cpu-tiny", model="tiny-llama", gpu="cpu", gpu_count=1,
                      tensor_parallel_size=1, max_model_len=2048)
 BASE = EngineConfig(max_model_len=2048, block_size=32)
