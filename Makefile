@@ -67,8 +67,8 @@ test-wheel: $(BIN)/python
 	    cat no-ray.err; exit 1; fi; \
 	echo "test-wheel: the wheel installs and runs"
 
-# pytest on every core; tests that must not overlap share an xdist_group (tests/conftest.py).
-PARALLEL := -n auto --dist loadgroup
+# pytest on every core; tests that must not overlap are in a serial group (tests/conftest.py).
+PARALLEL := -n auto
 
 # The fast tier: no Ray, real engines, PostgreSQL, GPUs, CLI processes or whole campaigns.
 FAST_TIER := not integration and not gpu and not e2e

@@ -18,11 +18,44 @@ PG_ADMIN_URL = os.environ.get("AUTOTUNE_TEST_POSTGRES_URL",
                               "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
-# `make test` runs the suite on every core (pytest-xdist, `--dist loadgroup`). The tests of
-# each group below run one after the other on one worker: two vLLM CPU engines at once would
-# share the same cores and start-up timeouts, and local Ray clusters the same CPUs and ports.
-ENGINES = pytest.mark.xdist_group("vllm-engines")
-RAY = pytest.mark.xdist_group("ray")
+# `make test` runs the suite on every core (pytest-xdist). The tests of each group run one after
+# the other on one worker while the other workers share the rest: two vLLM CPU engines at once
+# would share the same cores and start-up timeouts, and local Ray clusters the same CPUs and
+# ports. By node id prefix: the scheduler sees node ids, not marks (and xdist's own
+# `--dist loadgroup` marks are lost on pytest 9.2, whose node ids it can no longer suffix).
+SERIAL_GROUPS = {
+    "vllm-engines": (
+        "tests/integration/test_multifidelity.py", "tests/integration/test_vllm_campaign.py",
+        "tests/capture/test_proxy_vllm.py", "tests/workers/sim/test_calibrate_vllm.py",
+        "tests/workers/vllm/test_engine.py", "tests/workers/vllm/test_gpu.py",
+        "tests/cli/test_bench_sweep.py::test_a_real_cpu_engine_sweep_and_its_cpu_cost_fit",
+    ),
+    "ray": (
+        "tests/integration/test_campaign.py", "tests/workers/test_ray_progress.py",
+        "tests/workers/test_ray_failures.py",
+        "tests/cli/test_progress_log.py::test_piped_tune_on_ray_logs_each_workers_steps",
+    ),
+}
+
+
+def serial_group(nodeid: str) -> str | None:
+    """The group a test runs in, one at a time; None: any worker, any time."""
+    for group, prefixes in SERIAL_GROUPS.items():
+        if nodeid.startswith(prefixes):
+            return group
+    return None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Load balancing test by test, except that a serial group is one unit of work."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SerialGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return serial_group(nodeid) or nodeid
+
+    return SerialGroups(config, log)  # type: ignore[arg-type]
 
 
 # The public traces vendored in the repository (traces/, with their sources and licences).
@@ -48,7 +81,8 @@ def engine_python() -> str:
 
 def vllm_processes() -> list[str]:
     """Command lines of vLLM processes still running on this machine: API servers, and the
-    engine cores and workers they start (which rename themselves VLLM::EngineCore and so on)."""
+    engine cores and workers they start (which rename themselves VLLM::EngineCore and so on).
+    A script that only imports vllm (another test checking vLLM's parser) is not one."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -57,7 +91,8 @@ def vllm_processes() -> list[str]:
                 state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
             except OSError:
                 continue
-            if ("vllm.entrypoints" in cmd or cmd.startswith("VLLM::")) and state != "Z":
+            server = " -m vllm.entrypoints" in cmd or "/vllm serve " in cmd
+            if (server or cmd.startswith("VLLM::")) and state != "Z":
                 found.append(cmd)
     return found
 

@@ -24,9 +24,9 @@ from autotune.traffic.formats import import_file
 from autotune.workers.vllm.backend import VllmBackend
 from autotune.workers.vllm.process import port_is_free
 from tests.capture.helpers import Rig, records, rig
-from tests.conftest import ENGINES, engine_python, vllm_processes
+from tests.conftest import engine_python, vllm_processes
 
-pytestmark = [pytest.mark.integration, ENGINES]
+pytestmark = pytest.mark.integration
 BLOCK = 32
 MAX_TOKENS = 8
 VOLATILE = {"id", "created"}  # differ between any two calls

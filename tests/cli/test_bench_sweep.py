@@ -10,7 +10,6 @@ import pytest
 
 from autotune.cli.main import main
 from autotune.traffic.trace import DEMO_TRACE
-from tests.conftest import ENGINES
 
 SIM = ["bench", "sweep", "--model", "Llama-3.1-8B", "--gpu", "H100", "--input-len", "512",
        "--output-len", "64"]
@@ -106,7 +105,6 @@ def test_bad_input_is_one_line_and_writes_nothing(
 
 @pytest.mark.integration
 @pytest.mark.e2e
-@ENGINES
 def test_a_real_cpu_engine_sweep_and_its_cpu_cost_fit(tmp_path: Path) -> None:
     """One vLLM CPU-build engine for two concurrencies; its decode steps, less the roofline's
     GPU (here: CPU-build compute) time, fit the profile's CPU step cost, which `sim fit-cpu`

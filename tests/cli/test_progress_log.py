@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.conftest import RAY, run_cli
+from tests.conftest import run_cli
 
 pytestmark = pytest.mark.e2e  # the CLI as a process
 
@@ -75,7 +75,6 @@ def test_at_info_each_event_is_still_one_line(migrated_sqlite: str) -> None:
 
 
 @pytest.mark.integration
-@RAY
 def test_piped_tune_on_ray_logs_each_workers_steps(migrated_sqlite: str) -> None:
     # Trials two at once on Ray workers: their ladder steps reach the driver's log lines, each
     # before its trial's result.

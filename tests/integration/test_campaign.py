@@ -16,9 +16,9 @@ from sqlalchemy.orm import Session
 
 from autotune.storage.models import Confirmation, Trial
 from autotune.workers.vllm.process import free_port
-from tests.conftest import AUTOTUNE, RAY, run_cli
+from tests.conftest import AUTOTUNE, run_cli
 
-pytestmark = [pytest.mark.integration, RAY]
+pytestmark = pytest.mark.integration
 
 TUNE = ["tune", "--deployment", "llama", "--campaign", "2026Q4", "--model", "Llama-3.1-8B",
         "--gpu", "H100-80GB", "--gpus", "1", "--max-model-len", "8192",

@@ -18,9 +18,9 @@ from autotune.search.baselines import BASELINES
 from autotune.storage.models import Campaign, Trial
 from autotune.traffic.formats import load_trace
 from autotune.traffic.synthetic import write_jsonl
-from tests.conftest import ENGINES, engine_python, public_trace, run_cli, vllm_processes
+from tests.conftest import engine_python, public_trace, run_cli, vllm_processes
 
-pytestmark = [pytest.mark.integration, ENGINES]
+pytestmark = pytest.mark.integration
 SCREEN_TRIALS, TOP = 8, 2
 
 

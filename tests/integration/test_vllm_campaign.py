@@ -17,9 +17,9 @@ from autotune.storage.models import Trial
 from autotune.traffic.formats import load_trace
 from autotune.traffic.synthetic import write_jsonl
 from autotune.workers.vllm.process import free_port
-from tests.conftest import AUTOTUNE, ENGINES, engine_python, get_json, public_trace, run_cli, vllm_processes
+from tests.conftest import AUTOTUNE, engine_python, get_json, public_trace, run_cli, vllm_processes
 
-pytestmark = [pytest.mark.integration, ENGINES]
+pytestmark = pytest.mark.integration
 
 
 

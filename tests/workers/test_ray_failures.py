@@ -19,10 +19,10 @@ from sqlalchemy.orm import Session
 
 from autotune.storage.models import Trial
 from tests.campaign_checks import check_complete
-from tests.conftest import RAY, run_cli
+from tests.conftest import run_cli
 from tests.procs import MARK, mark_fixture, marked, start_tune  # noqa: F401 (a fixture)
 
-pytestmark = [pytest.mark.integration, RAY]
+pytestmark = pytest.mark.integration
 
 TRIALS = 8
 

@@ -21,10 +21,9 @@ from autotune.measure.trial_spec import TrialSpec
 from autotune.search.baselines import guide_heuristic
 from autotune.traffic.formats import load_trace
 from autotune.traffic.trace import DEMO_TRACE
-from tests.conftest import RAY
 
 ray_executor = pytest.importorskip("autotune.workers.ray_executor")
-pytestmark = [pytest.mark.integration, RAY]
+pytestmark = pytest.mark.integration
 
 SLO = "ttft_p99<=2s,tpot_p99<=50ms"
 

@@ -18,9 +18,9 @@ from autotune.workers.sim.fidelity import (
     pooled_ttft_p99_ms,
 )
 from autotune.workers.sim.profile import find_profile
-from tests.conftest import ENGINES, engine_python, vllm_processes
+from tests.conftest import engine_python, vllm_processes
 
-pytestmark = [pytest.mark.integration, ENGINES]
+pytestmark = pytest.mark.integration
 
 
 def test_a_fit_to_real_engines_finds_them_from_a_wrong_profile(

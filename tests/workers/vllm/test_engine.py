@@ -18,9 +18,9 @@ from autotune.traffic.trace import Trace
 from autotune.workers.vllm.backend import VllmBackend
 from autotune.workers.vllm.metrics import KV_USAGE, kv_usage, scrape
 from autotune.workers.vllm.process import port_is_free
-from tests.conftest import ENGINES, engine_python, public_trace, vllm_processes
+from tests.conftest import engine_python, public_trace, vllm_processes
 
-pytestmark = [pytest.mark.integration, ENGINES]
+pytestmark = pytest.mark.integration
 CPU = DeploymentSpec(name="cpu-tiny", model="tiny-llama", gpu="cpu", gpu_count=1,
                      tensor_parallel_size=1, max_model_len=2048)
 BASE = EngineConfig(max_model_len=2048, block_size=32)
@@ -44,7 +44,13 @@ def backend(model_dir: Path, log_dir: Path, **options: object) -> VllmBackend:
                        log_dir=str(log_dir), **options)  # type: ignore[arg-type]
 
 
-def test_serves_and_replays_an_azure_slice(model_dir: Path, tmp_path: Path) -> None:
+def test_serves_and_replays_an_azure_slice_then_a_closed_loop(model_dir: Path,
+                                                               tmp_path: Path) -> None:
+    # One engine for both kinds of replay: its start is most of the test's time.
+    from autotune.traffic.load import ClosedLoop
+
+    requests = ClosedLoop(2, num_prompts=16, input_len=64, output_len=24).requests(None, 2048)
+    closed = {}
     trace = load_trace(public_trace("azure_llm_2023_code.csv")).slice(0, 24)
     chat = Trace.from_rows("chat", [{"arrival_s": i * 0.1, "prompt_tokens": 8, "output_tokens": 12,
                                      "prompt": f"Tell me about block sizes, part {i}."}
@@ -58,6 +64,9 @@ def test_serves_and_replays_an_azure_slice(model_dir: Path, tmp_path: Path) -> N
         assert kv_usage(b.base_url) == scrape(b.base_url)[KV_USAGE]
         summary = summarize(b.replay(trace, 4.0, 0))
         chat_summary = summarize(b.replay(chat, 1.0, 0))  # the same engine, text on chat
+        b.warmup(requests, 0)
+        for n in (2, 4):
+            closed[n] = b.replay_closed_loop(requests, n, 0)
     finally:
         b.stop()
     assert port_is_free(port)
@@ -72,6 +81,17 @@ def test_serves_and_replays_an_azure_slice(model_dir: Path, tmp_path: Path) -> N
     assert "prefix_cache_hit_rate" in summary.engine_stats
     assert "kv_cache_usage_peak" in summary.engine_stats  # sampled during the replay
     assert "Application startup complete" in (tmp_path / "replay.log").read_text()
+    # Closed loops keep at most n in flight and complete every request.
+    for n, result in closed.items():
+        assert not result.failed.any() and (result.output_tokens == 24).all()
+        send, done = result.scheduled_s, result.scheduled_s + result.e2e_s
+        assert (np.diff(send) >= 0).all()  # sent in order
+        # At every send, the requests sent before it and not yet finished number at most n - 1.
+        for i in range(len(send)):
+            assert int(((send[:i] <= send[i]) & (done[:i] > send[i])).sum()) <= n - 1
+        # The clients were kept busy: the first n went out together, before any finished.
+        assert send[n - 1] < done.min()
+        assert 0 < summarize(result).ttft_p50_ms < summarize(result).e2e_p50_ms
 
 
 def test_invalid_arguments_are_classified(model_dir: Path, tmp_path: Path) -> None:
@@ -133,29 +153,3 @@ import time; time.sleep(600)
     finally:
         tuner.kill()
     # The autouse fixture asserts that no vLLM process is left.
-
-
-def test_closed_loop_keeps_at_most_n_in_flight_and_completes_every_request(
-        model_dir: Path, tmp_path: Path) -> None:
-    from autotune.traffic.load import ClosedLoop
-
-    requests = ClosedLoop(2, num_prompts=16, input_len=64, output_len=24).requests(None, 2048)
-    b = backend(model_dir, tmp_path)
-    results = {}
-    try:
-        b.start(BASE.merged(max_num_seqs=16), CPU, label="closed")
-        b.warmup(requests, 0)
-        for n in (2, 4):
-            results[n] = b.replay_closed_loop(requests, n, 0)
-    finally:
-        b.stop()
-    for n, result in results.items():
-        assert not result.failed.any() and (result.output_tokens == 24).all()
-        send, done = result.scheduled_s, result.scheduled_s + result.e2e_s
-        assert (np.diff(send) >= 0).all()  # sent in order
-        # At every send, the requests sent before it and not yet finished number at most n - 1.
-        for i in range(len(send)):
-            assert int(((send[:i] <= send[i]) & (done[:i] > send[i])).sum()) <= n - 1
-        # The clients were kept busy: the first n went out together, before any finished.
-        assert send[n - 1] < done.min()
-        assert 0 < summarize(result).ttft_p50_ms < summarize(result).e2e_p50_ms

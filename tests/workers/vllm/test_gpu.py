@@ -19,9 +19,9 @@ from autotune.measure.metrics import summarize
 from autotune.measure.tiny_model import make_tiny_model
 from autotune.traffic.formats import load_trace
 from autotune.workers.vllm.backend import VllmBackend
-from tests.conftest import ENGINES, public_trace, vllm_processes
+from tests.conftest import public_trace, vllm_processes
 
-pytestmark = [pytest.mark.gpu, ENGINES]
+pytestmark = pytest.mark.gpu
 
 
 def _cuda_engine_python() -> str:
